@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * PMIx bootstrap, for programs without MPI started by a PMIx launcher
+ * (mpirun, prterun, srun). An allgather is put + commit + fence with data
+ * collection + one get per rank, under a key unique to the context and call.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pmix.h>
+
+#include "core.h"
+
+struct pmix_boot {
+    pmix_proc_t me;
+    pmix_proc_t all;
+    unsigned instance;
+    unsigned seq;
+};
+
+static int pmix_launched(void)
+{
+    return getenv("PMIX_NAMESPACE") != NULL && getenv("PMIX_RANK") != NULL;
+}
+
+static int pmix_boot_init(struct dchan_boot *b, const dchan_attr_t *attr, dchan_ctx_t *ctx)
+{
+    static unsigned instances;
+    pmix_value_t *val = NULL;
+    pmix_status_t rc;
+
+    if (!pmix_launched()) {
+        dchan_err(ctx, "pmix", "bootstrap 'pmix' needs a PMIx launcher (mpirun, prterun, srun)");
+        return DCHAN_ERR_STATE;
+    }
+    struct pmix_boot *s = calloc(1, sizeof *s);
+    if (!s)
+        return DCHAN_ERR_NO_MEMORY;
+    rc = PMIx_Init(&s->me, NULL, 0);
+    if (rc != PMIX_SUCCESS) {
+        dchan_err(ctx, "pmix", "PMIx_Init failed: %s", PMIx_Error_string(rc));
+        free(s);
+        return DCHAN_ERR_PROVIDER;
+    }
+    PMIX_PROC_CONSTRUCT(&s->all);
+    memcpy(s->all.nspace, s->me.nspace, sizeof s->all.nspace);
+    s->all.rank = PMIX_RANK_WILDCARD;
+    rc = PMIx_Get(&s->all, PMIX_JOB_SIZE, NULL, 0, &val);
+    if (rc != PMIX_SUCCESS || !val || val->type != PMIX_UINT32) {
+        dchan_err(ctx, "pmix", "PMIx_Get(PMIX_JOB_SIZE) failed: %s", PMIx_Error_string(rc));
+        if (val)
+            PMIX_VALUE_RELEASE(val);
+        PMIx_Finalize(NULL, 0);
+        free(s);
+        return DCHAN_ERR_PROVIDER;
+    }
+    b->size = (int)val->data.uint32;
+    b->rank = (int)s->me.rank;
+    PMIX_VALUE_RELEASE(val);
+    /* Contexts are created collectively, so every rank numbers them alike. */
+    s->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
+    b->state = s;
+    return DCHAN_SUCCESS;
+}
+
+static int pmix_boot_allgather(struct dchan_boot *b, const void *in, void *out, size_t len)
+{
+    struct pmix_boot *s = b->state;
+    char key[PMIX_MAX_KEYLEN + 1];
+    pmix_value_t v;
+    pmix_info_t info;
+    bool collect = true;
+    pmix_status_t rc;
+
+    snprintf(key, sizeof key, "dchan.%u.%u", s->instance, s->seq++);
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.bytes = (char *)in;
+    v.data.bo.size = len;
+    rc = PMIx_Put(PMIX_GLOBAL, key, &v);
+    if (rc == PMIX_SUCCESS)
+        rc = PMIx_Commit();
+    if (rc == PMIX_SUCCESS) {
+        PMIX_INFO_CONSTRUCT(&info);
+        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+        rc = PMIx_Fence(&s->all, 1, &info, 1);
+        PMIX_INFO_DESTRUCT(&info);
+    }
+    if (rc != PMIX_SUCCESS) {
+        dchan_err(b->ctx, "pmix", "PMIx exchange failed: %s", PMIx_Error_string(rc));
+        return DCHAN_ERR_PROVIDER;
+    }
+    for (int r = 0; r < b->size; r++) {
+        pmix_proc_t p = s->me;
+        pmix_value_t *got = NULL;
+        p.rank = (pmix_rank_t)r;
+        rc = PMIx_Get(&p, key, NULL, 0, &got);
+        if (rc != PMIX_SUCCESS || !got || got->type != PMIX_BYTE_OBJECT ||
+            got->data.bo.size != len) {
+            dchan_err(b->ctx, "pmix", "PMIx_Get(%s) from rank %d failed: %s", key, r,
+                      PMIx_Error_string(rc));
+            if (got)
+                PMIX_VALUE_RELEASE(got);
+            return DCHAN_ERR_PROVIDER;
+        }
+        memcpy((char *)out + (size_t)r * len, got->data.bo.bytes, len);
+        PMIX_VALUE_RELEASE(got);
+    }
+    return DCHAN_SUCCESS;
+}
+
+static void pmix_boot_fini(struct dchan_boot *b)
+{
+    if (!b->state)
+        return;
+    PMIx_Finalize(NULL, 0);
+    free(b->state);
+    b->state = NULL;
+}
+
+const struct dchan_boot_ops dchan_boot_pmix_ops = {
+    .name = "pmix",
+    .method = DCHAN_BOOT_PMIX,
+    .detect = pmix_launched,
+    .init = pmix_boot_init,
+    .allgather = pmix_boot_allgather,
+    .fini = pmix_boot_fini,
+};

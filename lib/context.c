@@ -1,0 +1,598 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Contexts: init and provider selection, progress and callback dispatch. */
+#include "config.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef HAVE_SYS_RANDOM_H
+#include <sys/random.h>
+#endif
+
+#include "core.h"
+#include "handle.h"
+#include "regcache.h"
+
+/* The context whose callback this thread is running, if any. */
+static __thread dchan_ctx_t *tls_cb_ctx;
+
+uint64_t dchan_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool dchan_in_callback(const dchan_ctx_t *ctx)
+{
+    return tls_cb_ctx == ctx;
+}
+
+static uint64_t random_key(void)
+{
+    uint64_t k = 0;
+#ifdef HAVE_GETRANDOM
+    if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k)
+        k = 0;
+#endif
+    if (k == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        k = dchan_fnv1a64(&ts, sizeof ts) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)&k;
+    }
+    return k ? k : 0x646368616e6b6579ull;
+}
+
+static void attr_defaults(dchan_attr_t *a)
+{
+    memset(a, 0, sizeof *a);
+    a->struct_size = sizeof *a;
+    a->mpi_fcomm = -1;
+    a->ext_rank = -1;
+    a->log_level = DCHAN_LOG_WARN;
+}
+
+/* ---- provider selection ---------------------------------------------------- */
+
+static void prov_free(struct dchan_prov *p)
+{
+    if (!p)
+        return;
+    if (p->opened)
+        p->ops->close(p);
+    dchan_regcache_destroy(p);
+    free(p);
+}
+
+/* Open one provider on every rank: local open, agreement, address exchange,
+ * connect, agreement. Either every rank gets it or none does. */
+static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops,
+                      struct dchan_prov **out)
+{
+    int n = ctx->nranks, rc, all_ok = 1;
+    int64_t mine[2], *theirs = NULL;
+    unsigned char *addrs = NULL, *pad;
+    size_t maxlen = 0;
+
+    struct dchan_prov *p = calloc(1, sizeof *p);
+    theirs = calloc((size_t)n, sizeof mine);
+    if (!p || !theirs) {
+        rc = DCHAN_ERR_NO_MEMORY;
+        goto fail; /* collective: still take part in the agreement below */
+    }
+    p->ops = ops;
+    p->ctx = ctx;
+    p->modes = ops->modes;
+    rc = dchan_regcache_create(p);
+    if (rc == DCHAN_SUCCESS)
+        rc = ops->open(p);
+    p->opened = rc == DCHAN_SUCCESS;
+    if (p->opened && ctx->detect != DCHAN_DETECT_AUTO &&
+        !(p->modes & DCHAN_MODE_BIT(ctx->detect))) {
+        dchan_info(ctx, ops->name, "does not offer detection '%s' here",
+                   dchan_enum_word(DCHAN_PT_DETECT, ctx->detect));
+        rc = DCHAN_ERR_UNSUPPORTED;
+    }
+fail:
+    mine[0] = rc;
+    mine[1] = rc == DCHAN_SUCCESS ? (int64_t)p->addr_len : 0;
+    if (!theirs) {
+        /* Cannot even take part: the others will see a failed bootstrap. */
+        prov_free(p);
+        return DCHAN_ERR_NO_MEMORY;
+    }
+    int brc = dchan_boot_allgather(&ctx->boot, mine, theirs, sizeof mine);
+    if (brc != DCHAN_SUCCESS) {
+        rc = brc;
+        goto out;
+    }
+    for (int r = 0; r < n; r++) {
+        if (theirs[2 * r] != DCHAN_SUCCESS) {
+            if (all_ok && r != ctx->rank)
+                dchan_info(ctx, ops->name, "refused on rank %d (%s)", r,
+                           dchan_strerror((int)theirs[2 * r]));
+            all_ok = 0;
+            if (rc == DCHAN_SUCCESS)
+                rc = (int)theirs[2 * r];
+        }
+        if ((size_t)theirs[2 * r + 1] > maxlen)
+            maxlen = (size_t)theirs[2 * r + 1];
+    }
+    if (!all_ok)
+        goto out;
+
+    /* Addresses, padded to the longest. */
+    addrs = calloc((size_t)n + 1, maxlen ? maxlen : 1);
+    if (!addrs) {
+        rc = DCHAN_ERR_NO_MEMORY; /* the others fail in connect's agreement */
+        goto out;
+    }
+    pad = addrs + (size_t)n * maxlen;
+    if (p->addr_len)
+        memcpy(pad, p->addr, p->addr_len);
+    rc = dchan_boot_allgather(&ctx->boot, pad, addrs, maxlen);
+    if (rc == DCHAN_SUCCESS)
+        rc = ops->connect(p, addrs, maxlen);
+    p->connected = rc == DCHAN_SUCCESS;
+    mine[0] = rc;
+    mine[1] = 0;
+    brc = dchan_boot_allgather(&ctx->boot, mine, theirs, sizeof mine);
+    if (brc != DCHAN_SUCCESS)
+        rc = brc;
+    for (int r = 0; r < n && rc == DCHAN_SUCCESS; r++)
+        if (theirs[2 * r] != DCHAN_SUCCESS)
+            rc = (int)theirs[2 * r];
+out:
+    free(addrs);
+    free(theirs);
+    if (rc != DCHAN_SUCCESS) {
+        prov_free(p);
+        return rc;
+    }
+    *out = p;
+    return DCHAN_SUCCESS;
+}
+
+static int add_prov(dchan_ctx_t *ctx, struct dchan_prov *p)
+{
+    if (ctx->nprovs == DCHAN_MAX_PROVS)
+        return DCHAN_ERR_NO_MEMORY;
+    ctx->provs[ctx->nprovs++] = p;
+    return DCHAN_SUCCESS;
+}
+
+/* DESIGN §4: a named list is tried in order and serves every peer; otherwise
+ * the first network provider that works serves the other ranks and self
+ * serves this rank's own channels. */
+static int select_providers(dchan_ctx_t *ctx, const char *list)
+{
+    const struct dchan_provider_ops *self_ops = dchan_provider_lookup("self");
+    int rc = DCHAN_ERR_UNSUPPORTED;
+    char word[32];
+
+    if (list && *list) {
+        for (const char *s = list; *s && !ctx->net;) {
+            size_t n = strcspn(s, ",");
+            memcpy(word, s, n);
+            word[n] = '\0';
+            s += n + (s[n] == ',');
+            const struct dchan_provider_ops *ops = dchan_provider_lookup(word);
+            if (ops == self_ops && ctx->nranks > 1) {
+                dchan_info(ctx, "self", "serves only a rank's own channels; %d ranks here",
+                           ctx->nranks);
+                rc = DCHAN_ERR_UNSUPPORTED;
+                continue;
+            }
+            rc = prov_start(ctx, ops, &ctx->net);
+            if (rc != DCHAN_SUCCESS)
+                dchan_info(ctx, word, "not usable: %s", dchan_strerror(rc));
+        }
+        if (!ctx->net) {
+            dchan_err(ctx, NULL, "none of the providers '%s' could be used (%s); see dchan_info",
+                      list, dchan_strerror(rc));
+            return rc;
+        }
+        ctx->self = ctx->net;
+        dchan_info(ctx, ctx->net->ops->name, "chosen for every peer by DCHAN_PROVIDER=%s%s%s",
+                   list, ctx->net->desc[0] ? ": " : "", ctx->net->desc);
+        return add_prov(ctx, ctx->net);
+    }
+
+    if (ctx->nranks > 1) {
+        for (size_t i = 0; i < dchan_num_providers && !ctx->net; i++) {
+            if (dchan_providers[i] == self_ops)
+                continue;
+            rc = prov_start(ctx, dchan_providers[i], &ctx->net);
+            if (rc != DCHAN_SUCCESS)
+                dchan_info(ctx, dchan_providers[i]->name, "not usable: %s", dchan_strerror(rc));
+        }
+        if (!ctx->net) {
+            dchan_err(ctx, NULL,
+                      "no provider can reach the other ranks%s%s (see dchan_info)",
+                      ctx->detect ? " with detection " : "",
+                      ctx->detect ? dchan_enum_word(DCHAN_PT_DETECT, ctx->detect) : "");
+            return rc;
+        }
+        rc = add_prov(ctx, ctx->net);
+        if (rc != DCHAN_SUCCESS)
+            return rc;
+    }
+    rc = prov_start(ctx, self_ops, &ctx->self);
+    if (rc != DCHAN_SUCCESS) {
+        dchan_err(ctx, "self", "cannot open: %s", dchan_strerror(rc));
+        return rc;
+    }
+    if (!ctx->net)
+        ctx->net = ctx->self;
+    rc = add_prov(ctx, ctx->self);
+    if (rc == DCHAN_SUCCESS && ctx->rank == 0)
+        dchan_info(ctx, ctx->net->ops->name, "chosen for other ranks%s%s; self for own channels",
+                   ctx->net->desc[0] ? ": " : "", ctx->net->desc);
+    return rc;
+}
+
+/* ---- init / finalize ------------------------------------------------------- */
+
+static void ctx_free(dchan_ctx_t *ctx)
+{
+    for (int i = ctx->nprovs - 1; i >= 0; i--)
+        prov_free(ctx->provs[i]);
+    dchan_boot_fini(&ctx->boot);
+    dchan_quarantine_flush(ctx, 0);
+    dchan_seqpool_fini(&ctx->recv_seq);
+    dchan_seqpool_fini(&ctx->send_seq);
+    free(ctx->htab);
+    free(ctx->hgen);
+    free(ctx->hfree);
+    free(ctx->pq);
+    if (ctx->locking)
+        pthread_mutex_destroy(&ctx->lock);
+    ctx->magic = 0;
+    free(ctx);
+}
+
+DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
+{
+    static unsigned instances;
+    dchan_attr_t attr;
+    char err[256];
+    int rc;
+
+    if (!out)
+        return DCHAN_ERR_INVALID_ARG;
+    attr_defaults(&attr);
+    if (uattr) {
+        if (uattr->struct_size == 0 || uattr->struct_size > sizeof attr) {
+            dchan_log_emit(NULL, DCHAN_LOG_ERROR, NULL,
+                           "dchan_attr_t not set up by dchan_attr_init (struct_size %zu)",
+                           uattr->struct_size);
+            return DCHAN_ERR_INVALID_ARG;
+        }
+        memcpy(&attr, uattr, uattr->struct_size);
+    } else {
+        dchan_attr_init(&attr);
+    }
+
+    dchan_ctx_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return DCHAN_ERR_NO_MEMORY;
+    ctx->rank = -1;
+    ctx->log_level = attr.log_level >= DCHAN_LOG_NONE && attr.log_level <= DCHAN_LOG_DEBUG
+                         ? attr.log_level
+                         : DCHAN_LOG_WARN;
+    ctx->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
+
+    rc = dchan_params_load(&ctx->params, err, sizeof err);
+    if (rc != DCHAN_SUCCESS || attr.config_error) {
+        dchan_err(ctx, NULL, "%s", rc != DCHAN_SUCCESS ? err : "malformed DCHAN_* variable");
+        free(ctx);
+        return DCHAN_ERR_INVALID_ARG;
+    }
+    if (attr.detect < DCHAN_DETECT_AUTO || attr.detect > DCHAN_DETECT_EVENT ||
+        attr.thread_level < DCHAN_THREAD_SINGLE || attr.thread_level > DCHAN_THREAD_MULTIPLE ||
+        attr.bootstrap < DCHAN_BOOT_AUTO || attr.bootstrap > DCHAN_BOOT_SINGLETON ||
+        attr.log_level < DCHAN_LOG_NONE || attr.log_level > DCHAN_LOG_DEBUG ||
+        ctx->params.MAX_HANDLES == 0 || ctx->params.MAX_HANDLES > DCHAN_ID_INDEX_MASK) {
+        dchan_err(ctx, NULL,
+                  "invalid attribute: detect %d, thread_level %d, bootstrap %d, log_level %d, "
+                  "DCHAN_MAX_HANDLES %lu",
+                  attr.detect, attr.thread_level, attr.bootstrap, attr.log_level,
+                  ctx->params.MAX_HANDLES);
+        free(ctx);
+        return DCHAN_ERR_INVALID_ARG;
+    }
+    if (attr.provider && *attr.provider) {
+        rc = dchan_params_check_providers(attr.provider, err, sizeof err);
+        if (rc != DCHAN_SUCCESS) {
+            dchan_err(ctx, NULL, "DCHAN_PROVIDER: %s", err);
+            free(ctx);
+            return rc;
+        }
+    }
+    ctx->detect = attr.detect;
+    ctx->thread_level = attr.thread_level;
+    ctx->error_fn = attr.error_fn;
+    ctx->error_arg = attr.error_arg;
+    ctx->locking = attr.thread_level == DCHAN_THREAD_MULTIPLE;
+    if (ctx->locking && pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        free(ctx);
+        return DCHAN_ERR_NO_MEMORY;
+    }
+    ctx->magic = DCHAN_CTX_MAGIC;
+
+    rc = dchan_boot_init(&ctx->boot, &attr, ctx);
+    if (rc != DCHAN_SUCCESS)
+        goto fail;
+    ctx->rank = ctx->boot.rank;
+    ctx->nranks = ctx->boot.size;
+
+    /* Job key from rank 0, and a check that every rank asked for the same. */
+    {
+        struct {
+            uint64_t key, cfg;
+        } mine, *all = calloc((size_t)ctx->nranks, sizeof mine);
+        if (!all) {
+            rc = DCHAN_ERR_NO_MEMORY;
+            goto fail;
+        }
+        mine.key = random_key();
+        mine.cfg = dchan_fnv1a64(attr.provider ? attr.provider : "", attr.provider ? strlen(attr.provider) : 0) ^
+                   (uint64_t)attr.detect;
+        rc = dchan_boot_allgather(&ctx->boot, &mine, all, sizeof mine);
+        if (rc == DCHAN_SUCCESS) {
+            ctx->job_key = all[0].key;
+            for (int r = 1; r < ctx->nranks; r++) {
+                if (all[r].cfg != all[0].cfg) {
+                    dchan_err(ctx, NULL,
+                              "rank %d asked for another provider or detection mode than "
+                              "rank 0; every rank must use the same DCHAN_PROVIDER and "
+                              "DCHAN_DETECT",
+                              r);
+                    rc = DCHAN_ERR_INVALID_ARG;
+                    break;
+                }
+            }
+        }
+        free(all);
+        if (rc != DCHAN_SUCCESS)
+            goto fail;
+    }
+    dchan_info(ctx, NULL, "bootstrap %s, rank %d of %d", ctx->boot.ops->name, ctx->rank,
+               ctx->nranks);
+
+    rc = select_providers(ctx, attr.provider);
+    if (rc != DCHAN_SUCCESS)
+        goto fail;
+    *out = ctx;
+    return DCHAN_SUCCESS;
+
+fail:
+    ctx_free(ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_finalize(dchan_ctx_t *ctx)
+{
+    int rc = DCHAN_SUCCESS;
+
+    if (!dchan_ctx_ok(ctx))
+        return DCHAN_ERR_INVALID_ARG;
+    if (dchan_in_callback(ctx))
+        return DCHAN_ERR_STATE;
+    dchan_ctx_lock(ctx);
+    ctx->finalizing = true;
+    while (ctx->all_head) {
+        int hrc = dchan_handle_release(ctx->all_head);
+        if (hrc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
+            rc = hrc;
+    }
+    /* Peers may still be completing puts into our memory: wait for all. */
+    int brc = dchan_boot_barrier(&ctx->boot);
+    if (brc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
+        rc = brc;
+    dchan_ctx_unlock(ctx);
+    ctx_free(ctx);
+    return rc;
+}
+
+/* ---- queries ---------------------------------------------------------------- */
+
+DCHAN_API int dchan_rank(const dchan_ctx_t *ctx)
+{
+    return dchan_ctx_ok(ctx) ? ctx->rank : DCHAN_ERR_INVALID_ARG;
+}
+
+DCHAN_API int dchan_nranks(const dchan_ctx_t *ctx)
+{
+    return dchan_ctx_ok(ctx) ? ctx->nranks : DCHAN_ERR_INVALID_ARG;
+}
+
+DCHAN_API const char *dchan_provider_name(const dchan_ctx_t *ctx)
+{
+    return dchan_ctx_ok(ctx) && ctx->net ? ctx->net->ops->name : NULL;
+}
+
+DCHAN_API int dchan_get_stats(const dchan_ctx_t *ctx, dchan_stats_t *stats)
+{
+    if (!dchan_ctx_ok(ctx) || !stats)
+        return DCHAN_ERR_INVALID_ARG;
+    *stats = ctx->stats;
+    return DCHAN_SUCCESS;
+}
+
+int dchan_ctx_rank(const dchan_ctx_t *ctx)
+{
+    return ctx->rank;
+}
+
+int dchan_ctx_nranks(const dchan_ctx_t *ctx)
+{
+    return ctx->nranks;
+}
+
+int dchan_ctx_thread_level(const dchan_ctx_t *ctx)
+{
+    return ctx->thread_level;
+}
+
+const void *dchan_ctx_boot_mpi_comm(const dchan_ctx_t *ctx)
+{
+    return ctx->boot.mpi_comm;
+}
+
+/* ---- collectives for programs without their own means ------------------------ */
+
+DCHAN_API int dchan_allgather(dchan_ctx_t *ctx, const void *in, void *out, size_t len)
+{
+    if (!dchan_ctx_ok(ctx) || !in || !out || len == 0)
+        return DCHAN_ERR_INVALID_ARG;
+    if (dchan_in_callback(ctx))
+        return DCHAN_ERR_STATE;
+    dchan_ctx_lock(ctx);
+    int rc = dchan_boot_allgather(&ctx->boot, in, out, len);
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
+{
+    if (!dchan_ctx_ok(ctx))
+        return DCHAN_ERR_INVALID_ARG;
+    if (dchan_in_callback(ctx))
+        return DCHAN_ERR_STATE;
+    dchan_ctx_lock(ctx);
+    int rc = dchan_boot_barrier(&ctx->boot);
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+/* ---- progress ----------------------------------------------------------------- */
+
+int dchan_core_poll_providers(dchan_ctx_t *ctx)
+{
+    int rc = 0;
+    for (int i = 0; i < ctx->nprovs; i++) {
+        int r = ctx->provs[i]->ops->progress(ctx->provs[i]);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
+{
+    dchan_ctx_t *ctx = h->ctx;
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+
+    while (h->inflight) {
+        dchan_core_poll_providers(ctx);
+        if (!h->inflight)
+            break;
+        if (++spins == 64)
+            deadline = dchan_now_ns() + timeout_ms * 1000000ull;
+        if (spins > 64) {
+            if (dchan_now_ns() > deadline)
+                return DCHAN_ERR_TIMEOUT;
+            if (spins > (unsigned)ctx->params.SPIN)
+                sched_yield();
+        }
+    }
+    return h->error ? h->error : DCHAN_SUCCESS;
+}
+
+/* Scan the polling queue: one dense array of (word, idle value) pairs. */
+static void scan_pollq(dchan_ctx_t *ctx)
+{
+    struct dchan_pq_ent *pq = ctx->pq;
+    for (uint32_t i = 0; i < ctx->pq_len;) {
+        uint64_t v = __atomic_load_n(pq[i].probe, __ATOMIC_ACQUIRE);
+        if (__builtin_expect(v == pq[i].idle, 1)) {
+            i++;
+            continue;
+        }
+        /* Removal swaps the last entry into i, so i is looked at again. */
+        dchan_handle_t *h = pq[i].h;
+        dchan_pq_remove(ctx, h);
+        dchan_recv_detected(h, v);
+    }
+}
+
+static int dispatch(dchan_ctx_t *ctx)
+{
+    dchan_ctx_t *outer = tls_cb_ctx;
+    dchan_handle_t *h;
+    int n = 0;
+
+    while ((h = ctx->fire_head)) {
+        dchan_fire_remove(ctx, h);
+        h->in_pollq = false;
+        h->rstate = DCHAN_RS_HELD;
+        ctx->stats.callbacks++;
+        n++;
+        /* The handle is off every queue: the callback may ready, put or
+         * destroy it, or any other handle. Nothing here touches h again. */
+        tls_cb_ctx = ctx;
+        dchan_ctx_unlock(ctx);
+        h->fn(h, h->arg);
+        dchan_ctx_lock(ctx);
+        tls_cb_ctx = outer;
+    }
+    while ((h = ctx->errq_head)) {
+        ctx->errq_head = h->errq_next;
+        if (!ctx->errq_head)
+            ctx->errq_tail = NULL;
+        h->on_errq = false;
+        if (ctx->error_fn) {
+            tls_cb_ctx = ctx;
+            dchan_ctx_unlock(ctx);
+            ctx->error_fn(h, h->error, ctx->error_arg);
+            dchan_ctx_lock(ctx);
+            tls_cb_ctx = outer;
+        }
+    }
+    return n;
+}
+
+DCHAN_API int dchan_progress(dchan_ctx_t *ctx)
+{
+    if (!dchan_ctx_ok(ctx))
+        return DCHAN_ERR_INVALID_ARG;
+    if (dchan_in_callback(ctx))
+        return DCHAN_ERR_STATE;
+    dchan_ctx_lock(ctx);
+    ctx->stats.progress_calls++;
+    int rc = dchan_core_poll_providers(ctx);
+    scan_pollq(ctx);
+    int n = dispatch(ctx);
+    dchan_ctx_unlock(ctx);
+    return rc < 0 ? rc : n;
+}
+
+DCHAN_API int dchan_wait(dchan_ctx_t *ctx, int timeout_ms)
+{
+    uint64_t deadline = 0;
+    unsigned long empty = 0;
+
+    if (!dchan_ctx_ok(ctx) || timeout_ms < -1)
+        return DCHAN_ERR_INVALID_ARG;
+    if (dchan_in_callback(ctx))
+        return DCHAN_ERR_STATE;
+    if (timeout_ms >= 0)
+        deadline = dchan_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        int n = dchan_progress(ctx);
+        if (n != 0)
+            return n;
+        if (timeout_ms >= 0 && dchan_now_ns() >= deadline)
+            return DCHAN_ERR_TIMEOUT;
+        /* Spin briefly for latency, then give the core away: with more
+         * ranks than cores the peer we wait for needs it. */
+        if (++empty > ctx->params.SPIN)
+            sched_yield();
+    }
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* Core-private structures: contexts, handles, polling queue. */
+#ifndef DCHAN_CORE_H
+#define DCHAN_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "boot.h"
+#include "dchan.h"
+#include "log.h"
+#include "params.h"
+#include "provider.h"
+#include "seqslots.h"
+#include "wire.h"
+
+#define DCHAN_CTX_MAGIC 0x58544344u  /* "DCTX" */
+#define DCHAN_H_MAGIC 0x4c444844u    /* "DHDL" */
+#define DCHAN_H_DEAD 0x44414544u     /* "DEAD": destroyed, kept in quarantine */
+#define DCHAN_MAX_PROVS 4
+
+/* Receive handle ids: 24-bit slot index, 8-bit generation, never 0. */
+#define DCHAN_ID_INDEX_BITS 24
+#define DCHAN_ID_INDEX_MASK ((1u << DCHAN_ID_INDEX_BITS) - 1)
+#define DCHAN_ID_MAKE(index, gen) (((uint32_t)(gen) << DCHAN_ID_INDEX_BITS) | (uint32_t)(index))
+#define DCHAN_ID_INDEX(id) ((id) & DCHAN_ID_INDEX_MASK)
+#define DCHAN_ID_GEN(id) ((id) >> DCHAN_ID_INDEX_BITS)
+
+enum dchan_role { DCHAN_ROLE_RECV = 1, DCHAN_ROLE_SEND = 2 };
+
+/* Receiver states (DESIGN §3). */
+enum dchan_rstate {
+    DCHAN_RS_ARMED = 1, /* detection armed: the sender may write */
+    DCHAN_RS_ARRIVED,   /* arrival seen, callback not run yet */
+    DCHAN_RS_HELD       /* callback ran: the application holds the data */
+};
+
+struct dchan_handle {
+    uint32_t magic;
+    uint8_t role;   /* enum dchan_role */
+    uint8_t rstate; /* receiver: enum dchan_rstate */
+    uint8_t detect; /* resolved DCHAN_DETECT_* */
+    bool in_pollq;  /* receiver: on the polling queue (ReadyPollQ) */
+    bool on_fire;   /* receiver: on the fire list */
+    bool inflight;  /* sender: a put has not completed locally */
+    bool on_errq;   /* on the error list, error_fn not called yet */
+    int error;      /* sticky asynchronous error, 0 when healthy */
+    dchan_ctx_t *ctx;
+    struct dchan_prov *prov;
+    void *buf;
+    size_t size;
+    int peer;    /* receiver: sender rank; sender: receiver rank */
+    uint32_t id; /* receiver: own id; sender: the receiver handle's id */
+    uint64_t oob;
+    dchan_arrival_fn fn;
+    void *arg;
+    /* detection (receiver) and sequencing (both, FLAG) */
+    uint64_t *seq_word;      /* FLAG: sequence word (receiver) or source (sender) */
+    struct dchan_seqslot slot;
+    uint64_t seq;            /* FLAG: last sequence seen (receiver) or sent (sender) */
+    const volatile uint64_t *probe; /* SENTINEL/FLAG: the word the scan reads */
+    uint64_t idle;           /* value of *probe meaning "nothing new" */
+    uint32_t pq_pos;         /* index in ctx->pq while in_pollq (scan modes) */
+    dchan_handle_t *fire_next, *fire_prev;
+    dchan_handle_t *errq_next;
+    dchan_handle_t *all_next, *all_prev; /* every live handle, for finalize */
+    dchan_wire_t wire;                   /* receiver: what dchan_handle_export gives */
+    _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
+};
+
+/* One entry of the polling queue: what a scan needs, densely packed. */
+struct dchan_pq_ent {
+    const volatile uint64_t *probe;
+    uint64_t idle;
+    dchan_handle_t *h;
+};
+
+struct dchan_ctx {
+    uint32_t magic;
+    int rank, nranks;
+    uint64_t job_key;
+    int detect; /* requested mode, DCHAN_DETECT_AUTO for "each provider's default" */
+    int thread_level;
+    int log_level;
+    dchan_error_fn error_fn;
+    void *error_arg;
+    struct dchan_params params;
+    struct dchan_boot boot;
+    unsigned instance; /* per-process context counter, for log lines */
+
+    struct dchan_prov *provs[DCHAN_MAX_PROVS];
+    int nprovs;
+    struct dchan_prov *net;  /* provider for other ranks */
+    struct dchan_prov *self; /* provider for this rank's own channels */
+
+    /* receive handles by id */
+    dchan_handle_t **htab;
+    uint8_t *hgen;
+    uint32_t *hfree; /* stack of free indices */
+    uint32_t hfree_len, htab_cap, hlive;
+
+    /* polling queue of scanned handles (SENTINEL, FLAG) */
+    struct dchan_pq_ent *pq;
+    uint32_t pq_len, pq_cap;
+    uint32_t nscan; /* live receive handles in a scanned mode: pq_cap >= nscan */
+
+    dchan_handle_t *fire_head, *fire_tail; /* arrivals whose callback is due */
+    dchan_handle_t *errq_head, *errq_tail; /* errors whose error_fn is due */
+    dchan_handle_t *all_head;              /* every live handle */
+    uint64_t nlive;
+
+    struct dchan_seqpool recv_seq, send_seq;
+
+    dchan_handle_t *qt_head, *qt_tail; /* quarantine of destroyed handles */
+    uint64_t qt_len;
+
+    bool locking; /* DCHAN_THREAD_MULTIPLE */
+    pthread_mutex_t lock;
+    bool finalizing;
+    dchan_stats_t stats;
+};
+
+static inline void dchan_ctx_lock(dchan_ctx_t *ctx)
+{
+    if (ctx->locking)
+        pthread_mutex_lock(&ctx->lock);
+}
+
+static inline void dchan_ctx_unlock(dchan_ctx_t *ctx)
+{
+    if (ctx->locking)
+        pthread_mutex_unlock(&ctx->lock);
+}
+
+/* Validation of the public pointers. */
+static inline bool dchan_ctx_ok(const dchan_ctx_t *ctx)
+{
+    return ctx && ctx->magic == DCHAN_CTX_MAGIC;
+}
+
+/* Provider-side progress of every provider of a context, without callbacks. */
+int dchan_core_poll_providers(dchan_ctx_t *ctx);
+/* Drive provider progress until h's put completed locally or the drain
+ * time ran out (then the put is abandoned and DCHAN_ERR_TIMEOUT returned). */
+int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms);
+
+uint64_t dchan_now_ns(void);
+
+#endif /* DCHAN_CORE_H */

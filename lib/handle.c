@@ -1,0 +1,754 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Handles: the per-handle state machine of DESIGN §3, the polling queue,
+ * the fire list and the sender's put path. No heap allocation happens here
+ * after a handle was created or associated: queues are intrusive or sized
+ * when handles are made.
+ */
+#include "config.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "handle.h"
+
+#define PQ_NONE UINT32_MAX
+
+static int h_check(const dchan_handle_t *h)
+{
+    if (!h)
+        return DCHAN_ERR_INVALID_ARG;
+    if (h->magic == DCHAN_H_DEAD)
+        return DCHAN_ERR_STATE;
+    if (h->magic != DCHAN_H_MAGIC)
+        return DCHAN_ERR_INVALID_ARG;
+    return DCHAN_SUCCESS;
+}
+
+static bool scanned(int detect)
+{
+    return detect == DCHAN_DETECT_SENTINEL || detect == DCHAN_DETECT_FLAG;
+}
+
+static struct dchan_prov *route(dchan_ctx_t *ctx, int peer)
+{
+    return peer == ctx->rank ? ctx->self : ctx->net;
+}
+
+static int resolve_detect(const dchan_ctx_t *ctx, const struct dchan_prov *p)
+{
+    return ctx->detect != DCHAN_DETECT_AUTO ? ctx->detect : p->default_detect;
+}
+
+/* ---- receive handle ids ------------------------------------------------------ */
+
+static int grow_array(void **arr, size_t elem, uint32_t cap)
+{
+    void *n = realloc(*arr, (size_t)cap * elem);
+    if (!n)
+        return DCHAN_ERR_NO_MEMORY;
+    *arr = n;
+    return DCHAN_SUCCESS;
+}
+
+static int id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h, uint32_t *id)
+{
+    if (ctx->hfree_len == 0) {
+        uint32_t old = ctx->htab_cap, max = (uint32_t)ctx->params.MAX_HANDLES;
+        if (old >= max)
+            return DCHAN_ERR_NO_MEMORY;
+        uint32_t cap = old ? (old > max / 2 ? max : old * 2) : 64;
+        if (cap > max)
+            cap = max;
+        if (grow_array((void **)&ctx->htab, sizeof *ctx->htab, cap) ||
+            grow_array((void **)&ctx->hgen, sizeof *ctx->hgen, cap) ||
+            grow_array((void **)&ctx->hfree, sizeof *ctx->hfree, cap))
+            return DCHAN_ERR_NO_MEMORY;
+        for (uint32_t i = old; i < cap; i++) {
+            ctx->htab[i] = NULL;
+            ctx->hgen[i] = 1;
+        }
+        for (uint32_t i = cap; i-- > old;)
+            ctx->hfree[ctx->hfree_len++] = i;
+        ctx->htab_cap = cap;
+    }
+    uint32_t idx = ctx->hfree[--ctx->hfree_len];
+    ctx->htab[idx] = h;
+    *id = DCHAN_ID_MAKE(idx, ctx->hgen[idx]);
+    return DCHAN_SUCCESS;
+}
+
+static void id_free(dchan_ctx_t *ctx, uint32_t id)
+{
+    uint32_t idx = DCHAN_ID_INDEX(id);
+    ctx->htab[idx] = NULL;
+    /* A new generation, so that a stale id (a late completion) finds nothing. */
+    ctx->hgen[idx] = ctx->hgen[idx] == 255 ? 1 : (uint8_t)(ctx->hgen[idx] + 1);
+    ctx->hfree[ctx->hfree_len++] = idx;
+}
+
+dchan_handle_t *dchan_ctx_recv_handle(dchan_ctx_t *ctx, uint32_t id)
+{
+    uint32_t idx = DCHAN_ID_INDEX(id);
+    if (idx >= ctx->htab_cap || ctx->hgen[idx] != DCHAN_ID_GEN(id))
+        return NULL;
+    return ctx->htab[idx];
+}
+
+/* ---- polling queue and fire list ----------------------------------------------- */
+
+static int pq_reserve(dchan_ctx_t *ctx, uint32_t need)
+{
+    if (need <= ctx->pq_cap)
+        return DCHAN_SUCCESS;
+    uint32_t cap = ctx->pq_cap ? ctx->pq_cap * 2 : 64;
+    while (cap < need)
+        cap *= 2;
+    if (grow_array((void **)&ctx->pq, sizeof *ctx->pq, cap))
+        return DCHAN_ERR_NO_MEMORY;
+    ctx->pq_cap = cap;
+    return DCHAN_SUCCESS;
+}
+
+static void pq_add(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    struct dchan_pq_ent *e = &ctx->pq[ctx->pq_len];
+    e->probe = h->probe;
+    e->idle = h->idle;
+    e->h = h;
+    h->pq_pos = ctx->pq_len++;
+}
+
+void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    uint32_t i = h->pq_pos, last = --ctx->pq_len;
+    if (i != last) {
+        ctx->pq[i] = ctx->pq[last];
+        ctx->pq[i].h->pq_pos = i;
+    }
+    h->pq_pos = PQ_NONE;
+}
+
+static void fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    h->fire_next = NULL;
+    h->fire_prev = ctx->fire_tail;
+    if (ctx->fire_tail)
+        ctx->fire_tail->fire_next = h;
+    else
+        ctx->fire_head = h;
+    ctx->fire_tail = h;
+    h->on_fire = true;
+}
+
+void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (h->fire_prev)
+        h->fire_prev->fire_next = h->fire_next;
+    else
+        ctx->fire_head = h->fire_next;
+    if (h->fire_next)
+        h->fire_next->fire_prev = h->fire_prev;
+    else
+        ctx->fire_tail = h->fire_prev;
+    h->fire_next = h->fire_prev = NULL;
+    h->on_fire = false;
+}
+
+static void errq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    dchan_handle_t **pp = &ctx->errq_head, *prev = NULL;
+    while (*pp && *pp != h) {
+        prev = *pp;
+        pp = &(*pp)->errq_next;
+    }
+    if (*pp) {
+        *pp = h->errq_next;
+        if (ctx->errq_tail == h)
+            ctx->errq_tail = prev;
+    }
+    h->on_errq = false;
+}
+
+/* ---- arrivals and errors --------------------------------------------------------- */
+
+static void arrived(dchan_handle_t *h)
+{
+    h->rstate = DCHAN_RS_ARRIVED;
+    h->ctx->stats.arrivals++;
+    /* Off the polling queue (between mark and pollq) it waits for pollq. */
+    if (h->in_pollq)
+        fire_push(h->ctx, h);
+}
+
+void dchan_recv_detected(dchan_handle_t *h, uint64_t v)
+{
+    if (h->detect == DCHAN_DETECT_FLAG) {
+        if (v != h->seq + 1) {
+            dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
+            return;
+        }
+        h->seq = v;
+    }
+    arrived(h);
+}
+
+void dchan_core_arrival(dchan_handle_t *h)
+{
+    if (h->magic != DCHAN_H_MAGIC || h->role != DCHAN_ROLE_RECV || h->error)
+        return;
+    if (h->rstate != DCHAN_RS_ARMED) {
+        /* A second arrival before ready_mark: the sender broke the contract. */
+        dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
+        return;
+    }
+    arrived(h);
+}
+
+void dchan_core_put_done(dchan_handle_t *h, int rc)
+{
+    h->inflight = false;
+    if (rc != DCHAN_SUCCESS)
+        dchan_core_handle_error(h, rc);
+}
+
+void dchan_core_handle_error(dchan_handle_t *h, int rc)
+{
+    dchan_ctx_t *ctx = h->ctx;
+    if (h->error || h->magic != DCHAN_H_MAGIC)
+        return;
+    h->error = rc;
+    ctx->stats.errors++;
+    if (h->pq_pos != PQ_NONE)
+        dchan_pq_remove(ctx, h);
+    if (h->on_fire)
+        dchan_fire_remove(ctx, h);
+    h->errq_next = NULL;
+    if (ctx->errq_tail)
+        ctx->errq_tail->errq_next = h;
+    else
+        ctx->errq_head = h;
+    ctx->errq_tail = h;
+    h->on_errq = true;
+    dchan_warn(ctx, h->prov->ops->name, "%s handle %s rank %d: %s",
+               h->role == DCHAN_ROLE_RECV ? "receive" : "send",
+               h->role == DCHAN_ROLE_RECV ? "from" : "to", h->peer, dchan_strerror(rc));
+}
+
+void dchan_core_peer_error(struct dchan_prov *p, int peer, int rc)
+{
+    for (dchan_handle_t *h = p->ctx->all_head; h; h = h->all_next)
+        if (h->prov == p && h->peer == peer)
+            dchan_core_handle_error(h, rc);
+}
+
+/* ---- creation -------------------------------------------------------------------- */
+
+static dchan_handle_t *h_new(dchan_ctx_t *ctx, struct dchan_prov *p, int role)
+{
+    dchan_handle_t *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->magic = DCHAN_H_MAGIC;
+    h->role = (uint8_t)role;
+    h->ctx = ctx;
+    h->prov = p;
+    h->pq_pos = PQ_NONE;
+    return h;
+}
+
+static void all_link(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    h->all_prev = NULL;
+    h->all_next = ctx->all_head;
+    if (ctx->all_head)
+        ctx->all_head->all_prev = h;
+    ctx->all_head = h;
+    ctx->nlive++;
+}
+
+static void all_unlink(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (h->all_prev)
+        h->all_prev->all_next = h->all_next;
+    else
+        ctx->all_head = h->all_next;
+    if (h->all_next)
+        h->all_next->all_prev = h->all_prev;
+    ctx->nlive--;
+}
+
+DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, size_t size,
+                                  uint64_t oob, dchan_arrival_fn fn, void *arg,
+                                  dchan_handle_t **out)
+{
+    struct dchan_wire_fields wf;
+    dchan_handle_t *h;
+    int rc;
+
+    if (!dchan_ctx_ok(ctx) || !buf || size == 0 || !fn || !out || sender_rank < 0 ||
+        sender_rank >= ctx->nranks)
+        return DCHAN_ERR_INVALID_ARG;
+    dchan_ctx_lock(ctx);
+    struct dchan_prov *p = route(ctx, sender_rank);
+    int detect = resolve_detect(ctx, p);
+    if (detect == DCHAN_DETECT_SENTINEL) {
+        if (size < 8 || size % 8 != 0) {
+            rc = DCHAN_ERR_SIZE;
+            goto out;
+        }
+        if ((uintptr_t)buf % 8 != 0) {
+            rc = DCHAN_ERR_INVALID_ARG;
+            goto out;
+        }
+    }
+    /* Size the polling queue now so that ready_pollq never allocates. */
+    if (scanned(detect) && (rc = pq_reserve(ctx, ctx->nscan + 1)) != DCHAN_SUCCESS)
+        goto out;
+    h = h_new(ctx, p, DCHAN_ROLE_RECV);
+    if (!h) {
+        rc = DCHAN_ERR_NO_MEMORY;
+        goto out;
+    }
+    h->detect = (uint8_t)detect;
+    h->buf = buf;
+    h->size = size;
+    h->peer = sender_rank;
+    h->oob = detect == DCHAN_DETECT_SENTINEL ? oob : 0;
+    h->fn = fn;
+    h->arg = arg;
+    rc = id_alloc(ctx, h, &h->id);
+    if (rc != DCHAN_SUCCESS)
+        goto free_handle;
+    if (detect == DCHAN_DETECT_FLAG) {
+        rc = dchan_seqpool_get(&ctx->recv_seq, &h->slot, &h->seq_word);
+        if (rc != DCHAN_SUCCESS)
+            goto free_id;
+        h->probe = h->seq_word;
+        h->idle = 0;
+    } else if (detect == DCHAN_DETECT_SENTINEL) {
+        h->probe = (uint64_t *)((char *)buf + size - 8);
+        h->idle = oob;
+        __atomic_store_n((uint64_t *)h->probe, oob, __ATOMIC_RELEASE);
+    }
+    memset(&wf, 0, sizeof wf);
+    rc = p->ops->recv_open(h, wf.prov);
+    if (rc != DCHAN_SUCCESS)
+        goto free_slot;
+    rc = p->ops->recv_arm(h);
+    if (rc != DCHAN_SUCCESS)
+        goto close_prov;
+
+    wf.provider_id = p->ops->wire_id;
+    wf.detect = (uint8_t)detect;
+    wf.job_key = ctx->job_key;
+    wf.recv_rank = (uint32_t)ctx->rank;
+    wf.send_rank = (uint32_t)sender_rank;
+    wf.handle_id = h->id;
+    wf.size = size;
+    wf.oob = h->oob;
+    dchan_wire_encode(&wf, &h->wire);
+
+    h->rstate = DCHAN_RS_ARMED;
+    h->in_pollq = true;
+    if (scanned(detect)) {
+        ctx->nscan++;
+        pq_add(ctx, h);
+    }
+    all_link(ctx, h);
+    *out = h;
+    dchan_ctx_unlock(ctx);
+    return DCHAN_SUCCESS;
+
+close_prov:
+    p->ops->recv_close(h);
+free_slot:
+    if (detect == DCHAN_DETECT_FLAG)
+        dchan_seqpool_put(&ctx->recv_seq, h->slot);
+free_id:
+    id_free(ctx, h->id);
+free_handle:
+    free(h);
+out:
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_handle_export(const dchan_handle_t *h, dchan_wire_t *wire)
+{
+    int rc = h_check(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (!wire)
+        return DCHAN_ERR_INVALID_ARG;
+    if (h->role != DCHAN_ROLE_RECV)
+        return DCHAN_ERR_STATE;
+    *wire = h->wire;
+    return DCHAN_SUCCESS;
+}
+
+DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf,
+                                size_t size, dchan_handle_t **out)
+{
+    struct dchan_wire_fields wf;
+    dchan_handle_t *h;
+    int rc;
+
+    if (!dchan_ctx_ok(ctx) || !wire || !buf || size == 0 || !out)
+        return DCHAN_ERR_INVALID_ARG;
+    rc = dchan_wire_decode(wire, &wf);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (wf.job_key != ctx->job_key || wf.send_rank != (uint32_t)ctx->rank ||
+        wf.recv_rank >= (uint32_t)ctx->nranks)
+        return DCHAN_ERR_HANDLE;
+    dchan_ctx_lock(ctx);
+    struct dchan_prov *p = route(ctx, (int)wf.recv_rank);
+    if (wf.provider_id != p->ops->wire_id || !(p->modes & DCHAN_MODE_BIT(wf.detect))) {
+        rc = DCHAN_ERR_HANDLE;
+        goto out;
+    }
+    if (wf.size != size) {
+        rc = DCHAN_ERR_SIZE;
+        goto out;
+    }
+    h = h_new(ctx, p, DCHAN_ROLE_SEND);
+    if (!h) {
+        rc = DCHAN_ERR_NO_MEMORY;
+        goto out;
+    }
+    h->detect = wf.detect;
+    h->buf = (void *)buf;
+    h->size = size;
+    h->peer = (int)wf.recv_rank;
+    h->id = wf.handle_id;
+    h->oob = wf.oob;
+    if (h->detect == DCHAN_DETECT_FLAG) {
+        rc = dchan_seqpool_get(&ctx->send_seq, &h->slot, &h->seq_word);
+        if (rc != DCHAN_SUCCESS)
+            goto free_handle;
+    }
+    rc = p->ops->send_open(h, wf.prov);
+    if (rc != DCHAN_SUCCESS)
+        goto free_slot;
+    all_link(ctx, h);
+    *out = h;
+    dchan_ctx_unlock(ctx);
+    return DCHAN_SUCCESS;
+
+free_slot:
+    if (h->detect == DCHAN_DETECT_FLAG)
+        dchan_seqpool_put(&ctx->send_seq, h->slot);
+free_handle:
+    free(h);
+out:
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+/* ---- receiver: re-arming ---------------------------------------------------------- */
+
+static int mark_locked(dchan_handle_t *h)
+{
+    int rc;
+    if (h->error)
+        return h->error;
+    if (h->rstate != DCHAN_RS_HELD)
+        return DCHAN_ERR_STATE;
+    if (h->detect == DCHAN_DETECT_SENTINEL) {
+        __atomic_store_n((uint64_t *)h->probe, h->oob, __ATOMIC_RELEASE);
+    } else if (h->detect == DCHAN_DETECT_FLAG) {
+        /* The word moved on while the application held the data: the sender
+         * put again before this re-arm. */
+        if (__atomic_load_n(h->seq_word, __ATOMIC_ACQUIRE) != h->seq) {
+            dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
+            return DCHAN_ERR_OVERRUN;
+        }
+        h->idle = h->seq;
+    }
+    rc = h->prov->ops->recv_arm(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    h->rstate = DCHAN_RS_ARMED;
+    h->in_pollq = false;
+    return DCHAN_SUCCESS;
+}
+
+static int pollq_locked(dchan_handle_t *h)
+{
+    if (h->error)
+        return h->error;
+    if (h->rstate == DCHAN_RS_HELD)
+        return DCHAN_ERR_STATE;
+    if (h->in_pollq)
+        return DCHAN_SUCCESS;
+    h->in_pollq = true;
+    if (h->rstate == DCHAN_RS_ARRIVED)
+        fire_push(h->ctx, h); /* arrived between mark and pollq */
+    else if (scanned(h->detect))
+        pq_add(h->ctx, h);
+    return DCHAN_SUCCESS;
+}
+
+static int recv_entry(dchan_handle_t *h)
+{
+    int rc = h_check(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    return h->role == DCHAN_ROLE_RECV ? DCHAN_SUCCESS : DCHAN_ERR_STATE;
+}
+
+DCHAN_API int dchan_ready_mark(dchan_handle_t *h)
+{
+    int rc = recv_entry(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_ctx_lock(h->ctx);
+    rc = mark_locked(h);
+    dchan_ctx_unlock(h->ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_ready_pollq(dchan_handle_t *h)
+{
+    int rc = recv_entry(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_ctx_lock(h->ctx);
+    rc = pollq_locked(h);
+    dchan_ctx_unlock(h->ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_ready(dchan_handle_t *h)
+{
+    int rc = recv_entry(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_ctx_lock(h->ctx);
+    rc = mark_locked(h);
+    if (rc == DCHAN_SUCCESS)
+        rc = pollq_locked(h);
+    dchan_ctx_unlock(h->ctx);
+    return rc;
+}
+
+/* ---- sender: put -------------------------------------------------------------------- */
+
+DCHAN_API int dchan_put(dchan_handle_t *h)
+{
+    struct dchan_put_desc d;
+    int rc = h_check(h);
+
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (h->role != DCHAN_ROLE_SEND)
+        return DCHAN_ERR_STATE; /* put before assoc_local */
+    dchan_ctx_t *ctx = h->ctx;
+    dchan_ctx_lock(ctx);
+    if (h->error) {
+        rc = h->error;
+        goto out;
+    }
+    if (h->detect == DCHAN_DETECT_SENTINEL) {
+        uint64_t tail;
+        memcpy(&tail, (const char *)h->buf + h->size - 8, 8);
+        if (tail == h->oob) {
+            rc = DCHAN_ERR_SENTINEL; /* it could never be detected */
+            goto out;
+        }
+    }
+    if (h->inflight) {
+        rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS);
+        if (rc != DCHAN_SUCCESS)
+            goto out;
+    }
+    d.src = h->buf;
+    d.size = h->size;
+    d.detect = h->detect;
+    d.seq_src = h->seq_word;
+    d.seq = h->seq + 1;
+    if (h->detect == DCHAN_DETECT_FLAG)
+        *h->seq_word = d.seq;
+    /* Set first: a provider may complete the put before returning. */
+    h->inflight = true;
+    rc = h->prov->ops->put(h, &d);
+    for (unsigned spins = 0; rc == DCHAN_ERR_AGAIN; spins++) {
+        dchan_core_poll_providers(ctx);
+        if (h->error)
+            break;
+        if (spins > ctx->params.SPIN)
+            sched_yield();
+        rc = h->prov->ops->put(h, &d);
+    }
+    if (rc != DCHAN_SUCCESS) {
+        h->inflight = false;
+        if (h->error)
+            rc = h->error;
+        goto out;
+    }
+    h->seq = d.seq;
+    ctx->stats.puts++;
+out:
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_put_test(dchan_handle_t *h)
+{
+    int rc = h_check(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (h->role != DCHAN_ROLE_SEND)
+        return DCHAN_ERR_STATE;
+    dchan_ctx_lock(h->ctx);
+    if (h->inflight)
+        dchan_core_poll_providers(h->ctx);
+    rc = h->error ? h->error : !h->inflight;
+    dchan_ctx_unlock(h->ctx);
+    return rc;
+}
+
+/* ---- destruction ---------------------------------------------------------------------- */
+
+void dchan_quarantine_flush(dchan_ctx_t *ctx, uint64_t keep)
+{
+    while (ctx->qt_len > keep) {
+        dchan_handle_t *h = ctx->qt_head;
+        ctx->qt_head = h->all_next;
+        if (!ctx->qt_head)
+            ctx->qt_tail = NULL;
+        ctx->qt_len--;
+        h->magic = 0;
+        free(h);
+    }
+}
+
+int dchan_handle_release(dchan_handle_t *h)
+{
+    dchan_ctx_t *ctx = h->ctx;
+    int rc = DCHAN_SUCCESS;
+
+    if (h->role == DCHAN_ROLE_RECV) {
+        if (h->pq_pos != PQ_NONE)
+            dchan_pq_remove(ctx, h);
+        if (h->on_fire)
+            dchan_fire_remove(ctx, h);
+        h->prov->ops->recv_close(h);
+        if (h->detect == DCHAN_DETECT_FLAG)
+            dchan_seqpool_put(&ctx->recv_seq, h->slot);
+        if (scanned(h->detect))
+            ctx->nscan--;
+        id_free(ctx, h->id);
+    } else {
+        if (h->inflight) {
+            rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS);
+            if (rc == DCHAN_ERR_TIMEOUT) {
+                dchan_warn(ctx, h->prov->ops->name,
+                           "put to rank %d still in flight after %lu ms: abandoned", h->peer,
+                           ctx->params.DRAIN_TIMEOUT_MS);
+                h->prov->ops->put_abandon(h);
+            }
+            h->inflight = false;
+            if (rc != DCHAN_ERR_TIMEOUT)
+                rc = DCHAN_SUCCESS; /* an error already reported on the handle */
+        }
+        h->prov->ops->send_close(h);
+        if (h->detect == DCHAN_DETECT_FLAG)
+            dchan_seqpool_put(&ctx->send_seq, h->slot);
+    }
+    if (h->on_errq)
+        errq_remove(ctx, h);
+    all_unlink(ctx, h);
+
+    /* Kept for a while so that a later call finds DEAD, not freed memory. */
+    h->magic = DCHAN_H_DEAD;
+    h->all_next = NULL;
+    if (ctx->qt_tail)
+        ctx->qt_tail->all_next = h;
+    else
+        ctx->qt_head = h;
+    ctx->qt_tail = h;
+    ctx->qt_len++;
+    dchan_quarantine_flush(ctx, ctx->params.QUARANTINE);
+    return rc;
+}
+
+DCHAN_API int dchan_handle_destroy(dchan_handle_t *h)
+{
+    int rc = h_check(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_ctx_lock(h->ctx);
+    dchan_ctx_t *ctx = h->ctx;
+    rc = dchan_handle_release(h);
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+/* ---- queries and provider accessors ------------------------------------------------- */
+
+DCHAN_API const char *dchan_handle_provider(const dchan_handle_t *h)
+{
+    return h_check(h) == DCHAN_SUCCESS ? h->prov->ops->name : NULL;
+}
+
+DCHAN_API int dchan_handle_detect(const dchan_handle_t *h)
+{
+    int rc = h_check(h);
+    return rc == DCHAN_SUCCESS ? h->detect : rc;
+}
+
+struct dchan_prov *dchan_h_prov(const dchan_handle_t *h)
+{
+    return h->prov;
+}
+
+void *dchan_h_priv(dchan_handle_t *h)
+{
+    return h->priv;
+}
+
+void *dchan_h_buf(const dchan_handle_t *h)
+{
+    return h->buf;
+}
+
+size_t dchan_h_size(const dchan_handle_t *h)
+{
+    return h->size;
+}
+
+int dchan_h_peer(const dchan_handle_t *h)
+{
+    return h->peer;
+}
+
+int dchan_h_detect(const dchan_handle_t *h)
+{
+    return h->detect;
+}
+
+uint32_t dchan_h_id(const dchan_handle_t *h)
+{
+    return h->id;
+}
+
+uint32_t dchan_h_remote_id(const dchan_handle_t *h)
+{
+    return h->id;
+}
+
+uint64_t *dchan_h_seq_word(const dchan_handle_t *h)
+{
+    return h->seq_word;
+}
+
+void dchan_h_seq_chunk(const dchan_handle_t *h, void **base, size_t *len)
+{
+    const struct dchan_seqpool *pool =
+        h->role == DCHAN_ROLE_RECV ? &h->ctx->recv_seq : &h->ctx->send_seq;
+    dchan_seqpool_chunk(pool, h->slot.chunk, base, len);
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* The providers built into this library, in automatic selection order. */
+#include "config.h"
+
+#include <string.h>
+
+#include "provider.h"
+
+#ifdef HAVE_VERBS
+extern const struct dchan_provider_ops dchan_verbs_ops;
+#endif
+#ifdef HAVE_OFI
+extern const struct dchan_provider_ops dchan_ofi_ops;
+#endif
+#ifdef HAVE_MPI
+extern const struct dchan_provider_ops dchan_mpi_ops;
+#endif
+extern const struct dchan_provider_ops dchan_self_ops;
+
+/* Network providers first (verbs, ofi, mpi: DESIGN §4), then self. */
+const struct dchan_provider_ops *const dchan_providers[] = {
+#ifdef HAVE_VERBS
+    &dchan_verbs_ops,
+#endif
+#ifdef HAVE_OFI
+    &dchan_ofi_ops,
+#endif
+#ifdef HAVE_MPI
+    &dchan_mpi_ops,
+#endif
+    &dchan_self_ops,
+};
+const size_t dchan_num_providers = sizeof dchan_providers / sizeof dchan_providers[0];
+
+const struct dchan_provider_ops *dchan_provider_lookup(const char *name)
+{
+    for (size_t i = 0; name && i < dchan_num_providers; i++)
+        if (strcmp(dchan_providers[i]->name, name) == 0)
+            return dchan_providers[i];
+    return NULL;
+}
+
+int dchan_prov_nosys_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access,
+                            void **mr)
+{
+    return DCHAN_ERR_UNSUPPORTED;
+}
+
+void dchan_prov_nosys_mr_dereg(struct dchan_prov *p, void *mr)
+{
+}
+
+int dchan_prov_noop_recv_arm(dchan_handle_t *h)
+{
+    return DCHAN_SUCCESS;
+}
+
+void dchan_prov_noop_put_abandon(dchan_handle_t *h)
+{
+}
+
+int dchan_prov_noop_progress(struct dchan_prov *p)
+{
+    return 0;
+}

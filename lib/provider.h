@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The provider ops table: the only seam between the core and a transport.
+ *
+ * The core owns policy: the handle state machine, wire validation, the
+ * polling queue, callback dispatch, sequence numbers and overrun checks.
+ * A provider only moves bytes and reports what it observed through the
+ * dchan_core_* calls at the bottom of this file. Providers are listed in
+ * lib/provider.c; an operation a provider does not offer points at one of
+ * the dchan_prov_nosys_* stubs, never at NULL.
+ */
+#ifndef DCHAN_PROVIDER_H
+#define DCHAN_PROVIDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dchan.h"
+#include "log.h"
+
+struct dchan_prov;
+struct dchan_reg;
+
+/* Wire provider ids (a byte in the wire form); never reuse a retired one. */
+enum {
+    DCHAN_PROV_ID_SELF = 1,
+    DCHAN_PROV_ID_MPI = 2,
+    DCHAN_PROV_ID_OFI = 3,
+    DCHAN_PROV_ID_VERBS = 4,
+    DCHAN_PROV_ID_SHM = 5
+};
+
+/* Bytes of the wire form a provider may fill with its remote-access fields. */
+#define DCHAN_WIRE_PROV_BYTES 64
+
+/* Bit for detection mode m (DCHAN_DETECT_*) in dchan_provider_ops.modes. */
+#define DCHAN_MODE_BIT(m) (1u << (m))
+
+/* Access of a memory registration. */
+enum {
+    DCHAN_ACCESS_SEND = 1,        /* local source of writes */
+    DCHAN_ACCESS_REMOTE_WRITE = 2 /* target of the peer's writes */
+};
+
+/* Bytes a provider may keep inside each handle (see DCHAN_PROV_PRIV). */
+#define DCHAN_PROV_PRIV_BYTES 192
+
+/* One put, as the core decided it. */
+struct dchan_put_desc {
+    const void *src; /* the send buffer */
+    size_t size;     /* its size, equal to the receive size */
+    int detect;      /* how the receiver detects the arrival */
+    /* SENTINEL: write src[0, size-8), then the tail src[size-8, size) ordered
+     * after it (or all of src in one write where the provider guarantees the
+     * tail lands last). FLAG: write all of src, then the 8 bytes at seq_src
+     * (holding seq) into the receiver's sequence word, ordered after the body.
+     * EVENT: write all of src with a completion at the receiver. */
+    const uint64_t *seq_src;
+    uint64_t seq;
+};
+
+/* What a provider can tell without a context. */
+struct dchan_probe {
+    char desc[256];
+    unsigned modes;
+    int default_detect;
+};
+
+struct dchan_provider_ops {
+    const char *name; /* as in DCHAN_PROVIDER */
+    uint8_t wire_id;  /* DCHAN_PROV_ID_* */
+    unsigned modes;   /* DCHAN_MODE_BIT() of each detection mode offered */
+
+    /* Without a context: is the provider usable on this machine? Fills a
+     * description (library, device, version) and the detection modes it
+     * would offer, for dchan_info. */
+    int (*probe)(struct dchan_probe *out);
+
+    /* Open local resources; may refuse (the next provider is tried). Sets
+     * p->modes/p->default_detect if they depend on the fabric found, and
+     * p->addr/p->addr_len to the endpoint address peers need. Local only:
+     * it must not communicate, since other ranks may have refused. */
+    int (*open)(struct dchan_prov *p);
+    /* Collective, after every rank opened: addrs holds nranks entries of
+     * addr_len bytes in rank order. */
+    int (*connect)(struct dchan_prov *p, const void *addrs, size_t addr_len);
+    /* Release everything; handles are already destroyed. Collective. */
+    void (*close)(struct dchan_prov *p);
+
+    /* Memory registration used by the core's registration cache. */
+    int (*mr_reg)(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr);
+    void (*mr_dereg)(struct dchan_prov *p, void *mr);
+
+    /* Receiver: the handle's buffer (and, for FLAG, its sequence word) are
+     * set; register them and write the remote-access fields into
+     * wire_fields (DCHAN_WIRE_PROV_BYTES, zeroed by the core). */
+    int (*recv_open)(dchan_handle_t *h, unsigned char *wire_fields);
+    /* Receiver: detection was re-armed by the core; provide what the next
+     * arrival needs (e.g. post a receive). Called at create and ready_mark. */
+    int (*recv_arm)(dchan_handle_t *h);
+    /* Receiver: cancel what recv_arm posted, release registrations. */
+    void (*recv_close)(dchan_handle_t *h);
+
+    /* Sender: validate and import the remote-access fields of a wire whose
+     * core fields are valid; register the send buffer. Returns
+     * DCHAN_ERR_HANDLE for fields that cannot be right. */
+    int (*send_open)(dchan_handle_t *h, const unsigned char *wire_fields);
+    /* Sender: start one put. DCHAN_ERR_AGAIN: resources busy, the core
+     * drives progress and retries. On success the provider later reports
+     * local completion with dchan_core_put_done. */
+    int (*put)(dchan_handle_t *h, const struct dchan_put_desc *d);
+    /* Sender: the put in flight could not complete within the drain time;
+     * give up on it (cancel, or let it finish in the background). */
+    void (*put_abandon)(dchan_handle_t *h);
+    /* Sender: release what send_open took; no put is in flight. */
+    void (*send_close)(dchan_handle_t *h);
+
+    /* Poll completions; report them through dchan_core_*. Returns >= 0
+     * (events seen) or a negative code for a failure of the whole provider. */
+    int (*progress)(struct dchan_prov *p);
+};
+
+/* A provider instance inside one context. */
+struct dchan_prov {
+    const struct dchan_provider_ops *ops;
+    dchan_ctx_t *ctx;
+    void *state;          /* the provider's own */
+    unsigned modes;       /* offered here (may narrow ops->modes) */
+    int default_detect;   /* what DCHAN_DETECT_AUTO resolves to */
+    const void *addr;     /* endpoint address, set by open */
+    size_t addr_len;
+    struct dchan_regcache *regs;
+    int opened, connected;
+    char desc[160];       /* what was chosen and why, for DCHAN_LOG=info */
+};
+
+/* Providers compiled into this build, in automatic selection order. */
+extern const struct dchan_provider_ops *const dchan_providers[];
+extern const size_t dchan_num_providers;
+const struct dchan_provider_ops *dchan_provider_lookup(const char *name);
+
+/* Shared stubs for operations a provider does not offer. */
+int dchan_prov_nosys_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access,
+                            void **mr);
+void dchan_prov_nosys_mr_dereg(struct dchan_prov *p, void *mr);
+int dchan_prov_noop_recv_arm(dchan_handle_t *h);
+void dchan_prov_noop_put_abandon(dchan_handle_t *h);
+int dchan_prov_noop_progress(struct dchan_prov *p);
+
+/* ---- what the core offers providers ---------------------------------- */
+
+/* Handle accessors. */
+struct dchan_prov *dchan_h_prov(const dchan_handle_t *h);
+void *dchan_h_priv(dchan_handle_t *h); /* DCHAN_PROV_PRIV_BYTES, 16-aligned, zeroed at open */
+void *dchan_h_buf(const dchan_handle_t *h);
+size_t dchan_h_size(const dchan_handle_t *h);
+int dchan_h_peer(const dchan_handle_t *h);   /* the other end's rank */
+int dchan_h_detect(const dchan_handle_t *h);
+uint32_t dchan_h_id(const dchan_handle_t *h); /* receiver: id carried in the wire */
+/* FLAG: the receiver's sequence word, or the sender's 8-byte source of
+ * sequence values, and the page-aligned chunk holding it (register the
+ * chunk, not the word: the cache then serves every handle in it). */
+uint64_t *dchan_h_seq_word(const dchan_handle_t *h);
+void dchan_h_seq_chunk(const dchan_handle_t *h, void **base, size_t *len);
+/* Sender: the receiver handle's id, from the wire. */
+uint32_t dchan_h_remote_id(const dchan_handle_t *h);
+
+/* The provider's per-handle state; fails to compile when type does not fit. */
+#define DCHAN_PROV_PRIV(h, type)                                                           \
+    ((type *)dchan_h_priv(h) +                                                             \
+     0 * sizeof(char[sizeof(type) <= DCHAN_PROV_PRIV_BYTES ? 1 : -1]))
+
+/* Provider-side context queries. */
+int dchan_ctx_rank(const dchan_ctx_t *ctx);
+int dchan_ctx_nranks(const dchan_ctx_t *ctx);
+int dchan_ctx_thread_level(const dchan_ctx_t *ctx);
+/* The MPI communicator the bootstrap uses (MPI_Comm *), or NULL. */
+const void *dchan_ctx_boot_mpi_comm(const dchan_ctx_t *ctx);
+/* Receiver handle by wire id; NULL when there is none (stale, destroyed). */
+dchan_handle_t *dchan_ctx_recv_handle(dchan_ctx_t *ctx, uint32_t id);
+
+/* Completion reports. May be called only from the provider's progress,
+ * put or recv_arm; they never run user callbacks. */
+/* Receiver, EVENT: data for this handle has fully arrived. */
+void dchan_core_arrival(dchan_handle_t *h);
+/* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
+void dchan_core_put_done(dchan_handle_t *h, int rc);
+/* Either side: an asynchronous failure on one handle (it enters the error
+ * state; error_fn is called from the next progress). */
+void dchan_core_handle_error(dchan_handle_t *h, int rc);
+/* A failure of everything bound to one peer of this provider. */
+void dchan_core_peer_error(struct dchan_prov *p, int peer, int rc);
+
+/* Registration cache: one registration per (address, length, access) and
+ * provider, reference counted. */
+int dchan_reg_get(struct dchan_prov *p, void *addr, size_t len, unsigned access,
+                  struct dchan_reg **r);
+void dchan_reg_put(struct dchan_reg *r);
+void *dchan_reg_mr(const struct dchan_reg *r);
+
+/* Parameters declared in lib/params.def, for provider-specific settings. */
+const char *dchan_param_string(const char *name); /* NULL when unset */
+
+#endif /* DCHAN_PROVIDER_H */
