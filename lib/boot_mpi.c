@@ -84,8 +84,14 @@ static int mpi_boot_init(struct dchan_boot *b, const dchan_attr_t *attr, dchan_c
 static int mpi_boot_allgather(struct dchan_boot *b, const void *in, void *out, size_t len)
 {
     struct mpi_boot *s = b->state;
+    int fini = 0;
     if (len > INT_MAX)
         return DCHAN_ERR_SIZE;
+    MPI_Finalized(&fini);
+    if (fini) {
+        dchan_err(b->ctx, "mpi", "MPI was finalised before dchan: finalise dchan first");
+        return DCHAN_ERR_STATE;
+    }
     int rc = MPI_Allgather(in, (int)len, MPI_BYTE, out, (int)len, MPI_BYTE, s->comm);
     if (rc != MPI_SUCCESS) {
         dchan_err(b->ctx, "mpi", "MPI_Allgather failed (MPI error %d)", rc);

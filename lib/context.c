@@ -181,6 +181,10 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
             word[n] = '\0';
             s += n + (s[n] == ',');
             const struct dchan_provider_ops *ops = dchan_provider_lookup(word);
+            if (!ops) {
+                dchan_info(ctx, word, "not built into this library: skipped");
+                continue;
+            }
             if (ops == self_ops && ctx->nranks > 1) {
                 dchan_info(ctx, "self", "serves only a rank's own channels; %d ranks here",
                            ctx->nranks);
@@ -343,6 +347,7 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
         mine.cfg = dchan_fnv1a64(attr.provider ? attr.provider : "", attr.provider ? strlen(attr.provider) : 0) ^
                    (uint64_t)attr.detect;
         rc = dchan_boot_allgather(&ctx->boot, &mine, all, sizeof mine);
+        ctx->epoch_state = mine.key; /* this rank's own random value */
         if (rc == DCHAN_SUCCESS) {
             ctx->job_key = all[0].key;
             for (int r = 1; r < ctx->nranks; r++) {
@@ -416,11 +421,14 @@ DCHAN_API const char *dchan_provider_name(const dchan_ctx_t *ctx)
     return dchan_ctx_ok(ctx) && ctx->net ? ctx->net->ops->name : NULL;
 }
 
-DCHAN_API int dchan_get_stats(const dchan_ctx_t *ctx, dchan_stats_t *stats)
+DCHAN_API int dchan_get_stats(const dchan_ctx_t *cctx, dchan_stats_t *stats)
 {
+    dchan_ctx_t *ctx = (dchan_ctx_t *)cctx; /* the lock is not part of the value */
     if (!dchan_ctx_ok(ctx) || !stats)
         return DCHAN_ERR_INVALID_ARG;
+    dchan_ctx_lock(ctx);
     *stats = ctx->stats;
+    dchan_ctx_unlock(ctx);
     return DCHAN_SUCCESS;
 }
 
@@ -536,9 +544,11 @@ static int dispatch(dchan_ctx_t *ctx)
         n++;
         /* The handle is off every queue: the callback may ready, put or
          * destroy it, or any other handle. Nothing here touches h again. */
+        dchan_arrival_fn fn = h->fn;
+        void *arg = h->arg;
         tls_cb_ctx = ctx;
         dchan_ctx_unlock(ctx);
-        h->fn(h, h->arg);
+        fn(h, arg);
         dchan_ctx_lock(ctx);
         tls_cb_ctx = outer;
     }
@@ -547,10 +557,15 @@ static int dispatch(dchan_ctx_t *ctx)
         if (!ctx->errq_head)
             ctx->errq_tail = NULL;
         h->on_errq = false;
+        /* An error ends a dchan_wait like an arrival: nobody waits forever
+         * for a channel that broke. */
+        n++;
         if (ctx->error_fn) {
+            dchan_error_fn fn = ctx->error_fn;
+            int rc = h->error;
             tls_cb_ctx = ctx;
             dchan_ctx_unlock(ctx);
-            ctx->error_fn(h, h->error, ctx->error_arg);
+            fn(h, rc, ctx->error_arg);
             dchan_ctx_lock(ctx);
             tls_cb_ctx = outer;
         }

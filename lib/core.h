@@ -20,7 +20,9 @@
 #define DCHAN_H_DEAD 0x44414544u     /* "DEAD": destroyed, kept in quarantine */
 #define DCHAN_MAX_PROVS 4
 
-/* Receive handle ids: 24-bit slot index, 8-bit generation, never 0. */
+/* Receive handle ids: 24-bit slot index and the low 8 bits of the slot's
+ * 32-bit generation (what fits a 32-bit immediate); never 0. The wire also
+ * carries the whole generation, for checks that can use it. */
 #define DCHAN_ID_INDEX_BITS 24
 #define DCHAN_ID_INDEX_MASK ((1u << DCHAN_ID_INDEX_BITS) - 1)
 #define DCHAN_ID_MAKE(index, gen) (((uint32_t)(gen) << DCHAN_ID_INDEX_BITS) | (uint32_t)(index))
@@ -51,14 +53,18 @@ struct dchan_handle {
     void *buf;
     size_t size;
     int peer;    /* receiver: sender rank; sender: receiver rank */
-    uint32_t id; /* receiver: own id; sender: the receiver handle's id */
+    uint32_t id;  /* receiver: own id; sender: the receiver handle's id */
+    uint32_t gen; /* the whole generation behind id */
     uint64_t oob;
     dchan_arrival_fn fn;
     void *arg;
     /* detection (receiver) and sequencing (both, FLAG) */
     uint64_t *seq_word;      /* FLAG: sequence word (receiver) or source (sender) */
     struct dchan_seqslot slot;
-    uint64_t seq;            /* FLAG: last sequence seen (receiver) or sent (sender) */
+    /* FLAG: last sequence word seen (receiver) or sent (sender): an epoch
+     * chosen at assoc_local in the high 32 bits, a count in the low 32, so
+     * that a sender may associate again and start counting from 1. */
+    uint64_t seq;
     const volatile uint64_t *probe; /* SENTINEL/FLAG: the word the scan reads */
     uint64_t idle;           /* value of *probe meaning "nothing new" */
     uint32_t pq_pos;         /* index in ctx->pq while in_pollq (scan modes) */
@@ -96,7 +102,7 @@ struct dchan_ctx {
 
     /* receive handles by id */
     dchan_handle_t **htab;
-    uint8_t *hgen;
+    uint32_t *hgen; /* generation of each slot; its low byte is never 0 */
     uint32_t *hfree; /* stack of free indices */
     uint32_t hfree_len, htab_cap, hlive;
 
@@ -118,6 +124,7 @@ struct dchan_ctx {
     bool locking; /* DCHAN_THREAD_MULTIPLE */
     pthread_mutex_t lock;
     bool finalizing;
+    uint64_t epoch_state; /* FLAG epochs for send handles */
     dchan_stats_t stats;
 };
 
@@ -141,8 +148,9 @@ static inline bool dchan_ctx_ok(const dchan_ctx_t *ctx)
 
 /* Provider-side progress of every provider of a context, without callbacks. */
 int dchan_core_poll_providers(dchan_ctx_t *ctx);
-/* Drive provider progress until h's put completed locally or the drain
- * time ran out (then the put is abandoned and DCHAN_ERR_TIMEOUT returned). */
+/* Drive provider progress until h's put completed locally or timeout_ms
+ * ran out (DCHAN_ERR_TIMEOUT; the put stays in flight: the caller decides
+ * whether to abandon it). */
 int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms);
 
 uint64_t dchan_now_ns(void);

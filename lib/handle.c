@@ -53,7 +53,7 @@ static int grow_array(void **arr, size_t elem, uint32_t cap)
     return DCHAN_SUCCESS;
 }
 
-static int id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h, uint32_t *id)
+static int id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h, uint32_t *id, uint32_t *gen)
 {
     if (ctx->hfree_len == 0) {
         uint32_t old = ctx->htab_cap, max = (uint32_t)ctx->params.MAX_HANDLES;
@@ -76,7 +76,8 @@ static int id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h, uint32_t *id)
     }
     uint32_t idx = ctx->hfree[--ctx->hfree_len];
     ctx->htab[idx] = h;
-    *id = DCHAN_ID_MAKE(idx, ctx->hgen[idx]);
+    *gen = ctx->hgen[idx];
+    *id = DCHAN_ID_MAKE(idx, *gen & 0xffu);
     return DCHAN_SUCCESS;
 }
 
@@ -84,15 +85,19 @@ static void id_free(dchan_ctx_t *ctx, uint32_t id)
 {
     uint32_t idx = DCHAN_ID_INDEX(id);
     ctx->htab[idx] = NULL;
-    /* A new generation, so that a stale id (a late completion) finds nothing. */
-    ctx->hgen[idx] = ctx->hgen[idx] == 255 ? 1 : (uint8_t)(ctx->hgen[idx] + 1);
+    /* A new generation, so that a stale id (a late completion) finds nothing;
+     * the low byte, which ids carry, skips 0 so that no id is 0. */
+    uint32_t g = ctx->hgen[idx] + 1;
+    if ((g & 0xffu) == 0)
+        g++;
+    ctx->hgen[idx] = g;
     ctx->hfree[ctx->hfree_len++] = idx;
 }
 
 dchan_handle_t *dchan_ctx_recv_handle(dchan_ctx_t *ctx, uint32_t id)
 {
     uint32_t idx = DCHAN_ID_INDEX(id);
-    if (idx >= ctx->htab_cap || ctx->hgen[idx] != DCHAN_ID_GEN(id))
+    if (idx >= ctx->htab_cap || (ctx->hgen[idx] & 0xffu) != DCHAN_ID_GEN(id))
         return NULL;
     return ctx->htab[idx];
 }
@@ -183,16 +188,36 @@ static void arrived(dchan_handle_t *h)
         fire_push(h->ctx, h);
 }
 
+/* The sequence word that follows last: the next count of the same epoch,
+ * or the first count of a new association. */
+static uint64_t seq_next(uint64_t last)
+{
+    return (last & ~0xffffffffull) | (uint32_t)((uint32_t)last + 1);
+}
+
 void dchan_recv_detected(dchan_handle_t *h, uint64_t v)
 {
     if (h->detect == DCHAN_DETECT_FLAG) {
-        if (v != h->seq + 1) {
+        bool same_epoch = (v >> 32) == (h->seq >> 32);
+        if (same_epoch ? v != seq_next(h->seq) : (uint32_t)v != 1) {
+            /* The count moved by more than one: a put before the re-arm. */
             dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
             return;
         }
         h->seq = v;
     }
     arrived(h);
+}
+
+int dchan_core_recv_writable(dchan_handle_t *r)
+{
+    if (r->error)
+        return r->error;
+    if (r->rstate != DCHAN_RS_ARMED) {
+        dchan_core_handle_error(r, DCHAN_ERR_OVERRUN);
+        return DCHAN_ERR_OVERRUN;
+    }
+    return DCHAN_SUCCESS;
 }
 
 void dchan_core_arrival(dchan_handle_t *h)
@@ -319,7 +344,7 @@ DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, 
     h->oob = detect == DCHAN_DETECT_SENTINEL ? oob : 0;
     h->fn = fn;
     h->arg = arg;
-    rc = id_alloc(ctx, h, &h->id);
+    rc = id_alloc(ctx, h, &h->id, &h->gen);
     if (rc != DCHAN_SUCCESS)
         goto free_handle;
     if (detect == DCHAN_DETECT_FLAG) {
@@ -347,6 +372,7 @@ DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, 
     wf.recv_rank = (uint32_t)ctx->rank;
     wf.send_rank = (uint32_t)sender_rank;
     wf.handle_id = h->id;
+    wf.handle_gen = h->gen;
     wf.size = size;
     wf.oob = h->oob;
     dchan_wire_encode(&wf, &h->wire);
@@ -424,11 +450,18 @@ DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, cons
     h->size = size;
     h->peer = (int)wf.recv_rank;
     h->id = wf.handle_id;
+    h->gen = wf.handle_gen;
     h->oob = wf.oob;
     if (h->detect == DCHAN_DETECT_FLAG) {
         rc = dchan_seqpool_get(&ctx->send_seq, &h->slot, &h->seq_word);
         if (rc != DCHAN_SUCCESS)
             goto free_handle;
+        /* splitmix64 over a per-context state seeded from the job key. */
+        uint64_t z = (ctx->epoch_state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        h->seq = (z | 1) << 32; /* a non-zero epoch, count 0 */
     }
     rc = p->ops->send_open(h, wf.prov);
     if (rc != DCHAN_SUCCESS)
@@ -569,19 +602,27 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     d.size = h->size;
     d.detect = h->detect;
     d.seq_src = h->seq_word;
-    d.seq = h->seq + 1;
+    d.seq = seq_next(h->seq);
     if (h->detect == DCHAN_DETECT_FLAG)
         *h->seq_word = d.seq;
     /* Set first: a provider may complete the put before returning. */
     h->inflight = true;
     rc = h->prov->ops->put(h, &d);
-    for (unsigned spins = 0; rc == DCHAN_ERR_AGAIN; spins++) {
-        dchan_core_poll_providers(ctx);
-        if (h->error)
-            break;
-        if (spins > ctx->params.SPIN)
-            sched_yield();
-        rc = h->prov->ops->put(h, &d);
+    if (rc == DCHAN_ERR_AGAIN) {
+        /* Provider resources are busy: drive completions and retry, for at
+         * most the drain time; the put is then not started. */
+        uint64_t deadline = dchan_now_ns() + ctx->params.DRAIN_TIMEOUT_MS * 1000000ull;
+        for (unsigned long spins = 0; rc == DCHAN_ERR_AGAIN && !h->error; spins++) {
+            dchan_core_poll_providers(ctx);
+            if (spins > ctx->params.SPIN) {
+                if (dchan_now_ns() > deadline) {
+                    rc = DCHAN_ERR_TIMEOUT;
+                    break;
+                }
+                sched_yield();
+            }
+            rc = h->prov->ops->put(h, &d);
+        }
     }
     if (rc != DCHAN_SUCCESS) {
         h->inflight = false;
@@ -739,6 +780,11 @@ uint32_t dchan_h_id(const dchan_handle_t *h)
 uint32_t dchan_h_remote_id(const dchan_handle_t *h)
 {
     return h->id;
+}
+
+uint32_t dchan_h_gen(const dchan_handle_t *h)
+{
+    return h->gen;
 }
 
 uint64_t *dchan_h_seq_word(const dchan_handle_t *h)

@@ -118,6 +118,7 @@ int dchan_params_check_providers(const char *list, char *err, size_t errlen)
 {
     char word[32];
     const char *p = list;
+    int built = 0;
     while (p && *p) {
         size_t n = strcspn(p, ",");
         if (n == 0 || n >= sizeof word) {
@@ -126,19 +127,28 @@ int dchan_params_check_providers(const char *list, char *err, size_t errlen)
         }
         memcpy(word, p, n);
         word[n] = '\0';
-        if (!dchan_provider_lookup(word)) {
+        if (dchan_provider_lookup(word)) {
+            built++;
+        } else {
             static const char *const known[] = {"verbs", "ofi", "mpi", "self", "shm"};
             int is_known = 0;
             for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
                 is_known |= strcmp(word, known[i]) == 0;
-            snprintf(err, errlen, "provider '%s' %s", word,
-                     is_known ? "is not built into this library (see dchan_info)"
-                              : "is unknown (providers: verbs, ofi, mpi, self)");
-            return is_known ? DCHAN_ERR_UNSUPPORTED : DCHAN_ERR_INVALID_ARG;
+            if (!is_known) {
+                snprintf(err, errlen, "provider '%s' is unknown (providers: %s)", word,
+                         "verbs, ofi, mpi, self, shm");
+                return DCHAN_ERR_INVALID_ARG;
+            }
         }
         p += n;
         if (*p == ',')
             p++;
+    }
+    /* Names known but not built are skipped at init; none left is an error. */
+    if (list && *list && built == 0) {
+        snprintf(err, errlen, "none of the providers '%s' is built into this library "
+                              "(see dchan_info)", list);
+        return DCHAN_ERR_UNSUPPORTED;
     }
     return DCHAN_SUCCESS;
 }

@@ -164,6 +164,8 @@ uint64_t *dchan_h_seq_word(const dchan_handle_t *h);
 void dchan_h_seq_chunk(const dchan_handle_t *h, void **base, size_t *len);
 /* Sender: the receiver handle's id, from the wire. */
 uint32_t dchan_h_remote_id(const dchan_handle_t *h);
+/* The whole 32-bit generation behind the id (own, or the receiver's). */
+uint32_t dchan_h_gen(const dchan_handle_t *h);
 
 /* The provider's per-handle state; fails to compile when type does not fit. */
 #define DCHAN_PROV_PRIV(h, type)                                                           \
@@ -185,6 +187,10 @@ dchan_handle_t *dchan_ctx_recv_handle(dchan_ctx_t *ctx, uint32_t id);
 void dchan_core_arrival(dchan_handle_t *h);
 /* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
 void dchan_core_put_done(dchan_handle_t *h, int rc);
+/* Receiver: may data be written into r now? For providers that place data
+ * themselves (self, shared memory): DCHAN_SUCCESS, or DCHAN_ERR_OVERRUN
+ * (raised on r) when the application still holds the previous arrival. */
+int dchan_core_recv_writable(dchan_handle_t *r);
 /* Either side: an asynchronous failure on one handle (it enters the error
  * state; error_fn is called from the next progress). */
 void dchan_core_handle_error(dchan_handle_t *h, int rc);

@@ -15,7 +15,7 @@ enum {
     OFF_RRANK = 16,
     OFF_SRANK = 20,
     OFF_HID = 24,
-    OFF_RSV1 = 28,
+    OFF_HGEN = 28,
     OFF_SIZE = 32,
     OFF_OOB = 40,
     OFF_PROV = 48,
@@ -87,6 +87,7 @@ void dchan_wire_encode(const struct dchan_wire_fields *f, dchan_wire_t *w)
     dchan_put_le32(b + OFF_RRANK, f->recv_rank);
     dchan_put_le32(b + OFF_SRANK, f->send_rank);
     dchan_put_le32(b + OFF_HID, f->handle_id);
+    dchan_put_le32(b + OFF_HGEN, f->handle_gen);
     dchan_put_le64(b + OFF_SIZE, f->size);
     dchan_put_le64(b + OFF_OOB, f->detect == DCHAN_DETECT_SENTINEL ? f->oob : 0);
     memcpy(b + OFF_PROV, f->prov, DCHAN_WIRE_PROV_BYTES);
@@ -109,7 +110,7 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
         dchan_get_le16(b + OFF_VERSION) != DCHAN_WIRE_VERSION ||
         dchan_get_le64(b + OFF_SUM) != dchan_fnv1a64(b, OFF_SUM))
         return DCHAN_ERR_HANDLE;
-    if (!all_zero(b + OFF_RSV1, 4) || !all_zero(b + OFF_RSV2, 8))
+    if (!all_zero(b + OFF_RSV2, 8))
         return DCHAN_ERR_HANDLE;
 
     f->provider_id = b[OFF_PROVIDER];
@@ -118,11 +119,15 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
     f->recv_rank = dchan_get_le32(b + OFF_RRANK);
     f->send_rank = dchan_get_le32(b + OFF_SRANK);
     f->handle_id = dchan_get_le32(b + OFF_HID);
+    f->handle_gen = dchan_get_le32(b + OFF_HGEN);
     f->size = dchan_get_le64(b + OFF_SIZE);
     f->oob = dchan_get_le64(b + OFF_OOB);
     memcpy(f->prov, b + OFF_PROV, DCHAN_WIRE_PROV_BYTES);
 
     if (f->provider_id == 0 || f->job_key == 0 || f->handle_id == 0 || f->size == 0)
+        return DCHAN_ERR_HANDLE;
+    /* The id carries the generation's low byte, which is never 0. */
+    if ((f->handle_gen & 0xffu) == 0 || (f->handle_gen & 0xffu) != f->handle_id >> 24)
         return DCHAN_ERR_HANDLE;
     if (f->recv_rank > INT32_MAX || f->send_rank > INT32_MAX)
         return DCHAN_ERR_HANDLE;

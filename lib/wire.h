@@ -10,8 +10,8 @@
  *     8   8 job key
  *    16   4 receiver rank
  *    20   4 sender rank
- *    24   4 receive handle id
- *    28   4 reserved, zero
+ *    24   4 receive handle id (slot, low byte of the generation)
+ *    28   4 receive handle generation (whole)
  *    32   8 size
  *    40   8 oob pattern (SENTINEL; zero otherwise)
  *
@@ -36,6 +36,7 @@ struct dchan_wire_fields {
     uint32_t recv_rank;
     uint32_t send_rank;
     uint32_t handle_id;
+    uint32_t handle_gen;
     uint64_t size;
     uint64_t oob;
     unsigned char prov[DCHAN_WIRE_PROV_BYTES];

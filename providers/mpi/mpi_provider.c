@@ -177,6 +177,14 @@ static int make_type(size_t size, MPI_Datatype *type, int *count)
     return MPI_Type_commit(type);
 }
 
+/* dchan_finalize after MPI_Finalize: release without calling MPI. */
+static int mpi_gone(void)
+{
+    int fini = 0;
+    MPI_Finalized(&fini);
+    return fini;
+}
+
 static void free_type(struct mpi_h *m)
 {
     if (m->type != MPI_BYTE && m->type != MPI_DATATYPE_NULL)
@@ -287,6 +295,12 @@ static void mpi_recv_close(dchan_handle_t *h)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    ((struct mpi_state *)p->state)->nhandles--;
+    if (mpi_gone()) {
+        if (m->pos >= 0)
+            started_remove(p->state, m->pos);
+        return;
+    }
     if (m->pos >= 0) {
         MPI_Cancel(&m->req);
         MPI_Wait(&m->req, MPI_STATUS_IGNORE);
@@ -295,7 +309,6 @@ static void mpi_recv_close(dchan_handle_t *h)
     if (m->req != MPI_REQUEST_NULL)
         MPI_Request_free(&m->req);
     free_type(m);
-    ((struct mpi_state *)p->state)->nhandles--;
 }
 
 /* ---- sender ------------------------------------------------------------------------ */
@@ -351,12 +364,18 @@ static void mpi_put_abandon(dchan_handle_t *h)
         return;
     started_remove(p->state, m->pos);
     /* Freeing a started request lets MPI finish it on its own. */
-    MPI_Request_free(&m->req);
+    if (!mpi_gone())
+        MPI_Request_free(&m->req);
+    m->req = MPI_REQUEST_NULL;
 }
 
 static void mpi_send_close(dchan_handle_t *h)
 {
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    if (mpi_gone()) {
+        ((struct mpi_state *)dchan_h_prov(h)->state)->nhandles--;
+        return;
+    }
     if (m->req != MPI_REQUEST_NULL)
         MPI_Request_free(&m->req);
     free_type(m);

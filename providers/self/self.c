@@ -56,7 +56,8 @@ static dchan_handle_t *target(dchan_handle_t *h)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     dchan_handle_t *r = dchan_ctx_recv_handle(p->ctx, DCHAN_PROV_PRIV(h, struct self_h)->recv_id);
-    if (!r || dchan_h_prov(r) != p || dchan_h_size(r) != dchan_h_size(h) ||
+    if (!r || dchan_h_gen(r) != dchan_h_gen(h) || dchan_h_prov(r) != p ||
+        dchan_h_size(r) != dchan_h_size(h) ||
         dchan_h_detect(r) != dchan_h_detect(h) || dchan_h_peer(r) != dchan_ctx_rank(p->ctx))
         return NULL;
     return r;
@@ -76,6 +77,10 @@ static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     dchan_handle_t *r = target(h);
     if (!r)
         return DCHAN_ERR_PEER; /* the receive handle was destroyed */
+    /* Never overwrite data the application still holds. */
+    int rc = dchan_core_recv_writable(r);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
     char *dst = dchan_h_buf(r);
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
