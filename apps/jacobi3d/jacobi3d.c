@@ -1,0 +1,842 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * jacobi3d: 7-point Jacobi sweeps for the Laplace equation on an
+ * NX x NY x NZ grid of unknowns with fixed values on the surrounding
+ * boundary layer, split into PX x PY x PZ blocks, one per MPI rank.
+ *
+ * Every iteration each rank sends its six boundary planes ("faces") to the
+ * neighbours and sweeps its block. Both modes use the same code except for
+ * the transport, so that the comparison is fair:
+ *   - faces are packed into contiguous buffers (per face, two used on
+ *     alternate iterations);
+ *   - received faces land in per-face buffers that the sweep reads in place
+ *     as ghost values: there is no unpack copy in either mode;
+ *   - msg:   MPI_Isend of the pack buffers, MPI_Irecv pre-posted one
+ *            iteration ahead;
+ *   - dchan: one channel per face and neighbour (two, see below), created
+ *            once, one dchan_put per face per iteration.
+ */
+#include "config.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dchan.h>
+
+enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
+enum { MODE_MSG, MODE_DCHAN };
+
+/* Faces are numbered so that f ^ 1 is the opposite face. */
+#define OPPOSITE(f) ((f) ^ 1)
+/* Out-of-band pattern for SENTINEL detection: a signalling NaN, which no
+ * arithmetic on finite values ever produces, so no face can end with it. */
+#define SENTINEL_OOB UINT64_C(0xfff4dc4a6e5e0bbb)
+/* A face that does not arrive within this time means a broken peer. */
+#define WAIT_TIMEOUT_MS 120000
+/* The parallel and serial runs call the same sweep code, which adds the
+ * same values in the same order (no multiply-add to contract), so they
+ * agree bit for bit: verification demands it. A stale or misplaced face
+ * shows up as a difference of order 1e-3 or more; even a single 1e-9
+ * perturbation early on would still differ by ~1e-13 at the end. */
+#define VERIFY_TOL 0.0
+
+struct options {
+    int grid[3];
+    int procs[3];   /* 0: let MPI_Dims_create choose */
+    int iters;
+    int mode;
+    int verify;
+    int detect;     /* -1: from DCHAN_DETECT (dchan_attr_init) */
+};
+
+/* One rank's part of the grid. */
+struct block {
+    int n[3];       /* unknowns along x, y, z */
+    int off[3];     /* global index of the block's first unknown */
+    int coord[3];   /* position in the process grid */
+    int nb[NFACES]; /* neighbour rank across each face, -1 on the boundary */
+    size_t fsize[NFACES]; /* doubles in each face */
+};
+
+static int my_rank;
+
+/* Fatal error after the ranks went their own ways: stop the whole job. */
+static void die(const char *msg)
+{
+    fprintf(stderr, "jacobi3d: rank %d: %s\n", my_rank, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1); /* not reached */
+}
+
+static void die_dchan(const char *what, int rc)
+{
+    char msg[256];
+
+    snprintf(msg, sizeof msg, "%s: %s", what, dchan_strerror(rc));
+    die(msg);
+}
+
+static void *xalloc(size_t count)
+{
+    /* 64-byte alignment keeps rows vectorisable and satisfies SENTINEL's
+     * 8-byte alignment rule for every receive buffer. */
+    size_t bytes = (count * sizeof(double) + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+
+    if (!p)
+        die("out of memory");
+    return p;
+}
+
+/* ---- problem definition -------------------------------------------------- */
+
+/* Fixed value on the boundary layer; global indices run from -1 to N. */
+static double boundary_value(const int grid[3], long gi, long gj, long gk)
+{
+    double x = (gi + 1.0) / (grid[0] + 1.0);
+    double y = (gj + 1.0) / (grid[1] + 1.0);
+    double z = (gk + 1.0) / (grid[2] + 1.0);
+
+    return 1.0 + x * (1.0 - y) + z * z + 0.5 * sin(3.0 * x * z);
+}
+
+/* Part c of n items split into p parts, the first n % p one item larger. */
+static void split(int n, int p, int c, int *len, int *off)
+{
+    *len = n / p + (c < n % p);
+    *off = c * (n / p) + (c < n % p ? c : n % p);
+}
+
+static int rank_of(const int procs[3], int cx, int cy, int cz)
+{
+    return (cx * procs[1] + cy) * procs[2] + cz;
+}
+
+static void block_init(struct block *b, const int grid[3], const int procs[3], int rank)
+{
+    b->coord[2] = rank % procs[2];
+    b->coord[1] = rank / procs[2] % procs[1];
+    b->coord[0] = rank / procs[2] / procs[1];
+    for (int d = 0; d < 3; d++) {
+        split(grid[d], procs[d], b->coord[d], &b->n[d], &b->off[d]);
+        int lo = b->coord[d] - 1, hi = b->coord[d] + 1, c[3];
+
+        memcpy(c, b->coord, sizeof c);
+        c[d] = lo;
+        b->nb[2 * d] = lo >= 0 ? rank_of(procs, c[0], c[1], c[2]) : -1;
+        c[d] = hi;
+        b->nb[2 * d + 1] = hi < procs[d] ? rank_of(procs, c[0], c[1], c[2]) : -1;
+    }
+    b->fsize[XLO] = b->fsize[XHI] = (size_t)b->n[1] * b->n[2];
+    b->fsize[YLO] = b->fsize[YHI] = (size_t)b->n[0] * b->n[2];
+    b->fsize[ZLO] = b->fsize[ZHI] = (size_t)b->n[0] * b->n[1];
+}
+
+/*
+ * Face layouts, chosen so that the sweep reads whole rows along z:
+ * x faces are [j][k], y faces [i][k], z faces [i][j].
+ */
+static void fill_boundary_face(const struct block *b, const int grid[3], int f, double *face)
+{
+    const int nx = b->n[0], ny = b->n[1], nz = b->n[2];
+    const long ox = b->off[0], oy = b->off[1], oz = b->off[2];
+
+    switch (f) {
+    case XLO:
+    case XHI: {
+        long gi = f == XLO ? -1 : grid[0];
+        for (int j = 0; j < ny; j++)
+            for (int k = 0; k < nz; k++)
+                face[(size_t)j * nz + k] = boundary_value(grid, gi, oy + j, oz + k);
+        break;
+    }
+    case YLO:
+    case YHI: {
+        long gj = f == YLO ? -1 : grid[1];
+        for (int i = 0; i < nx; i++)
+            for (int k = 0; k < nz; k++)
+                face[(size_t)i * nz + k] = boundary_value(grid, ox + i, gj, oz + k);
+        break;
+    }
+    default: {
+        long gk = f == ZLO ? -1 : grid[2];
+        for (int i = 0; i < nx; i++)
+            for (int j = 0; j < ny; j++)
+                face[(size_t)i * ny + j] = boundary_value(grid, ox + i, oy + j, gk);
+        break;
+    }
+    }
+}
+
+/* Copy the block's plane next to face f into the contiguous buffer out,
+ * in the layout of the neighbour's opposite face. */
+static void pack_face(const struct block *b, const double *u, int f, double *out)
+{
+    const int nx = b->n[0], ny = b->n[1], nz = b->n[2];
+    const size_t plane = (size_t)ny * nz;
+
+    switch (f) {
+    case XLO:
+    case XHI:
+        memcpy(out, u + (f == XLO ? 0 : (size_t)(nx - 1) * plane), plane * sizeof *u);
+        break;
+    case YLO:
+    case YHI: {
+        const int j = f == YLO ? 0 : ny - 1;
+        for (int i = 0; i < nx; i++)
+            memcpy(out + (size_t)i * nz, u + i * plane + (size_t)j * nz, nz * sizeof *u);
+        break;
+    }
+    default: {
+        const int k = f == ZLO ? 0 : nz - 1;
+        for (int i = 0; i < nx; i++)
+            for (int j = 0; j < ny; j++)
+                out[(size_t)i * ny + j] = u[i * plane + (size_t)j * nz + k];
+        break;
+    }
+    }
+}
+
+/*
+ * One Jacobi sweep: v = mean of the six neighbours of u. Values outside the
+ * block come from face[] (a neighbour's face as received, or the fixed
+ * boundary). Returns the sum of the squared updates when want_res is set.
+ * The serial reference runs this same function on the whole grid, so both
+ * add the same values in the same order.
+ */
+static double sweep(const struct block *b, const double *u, double *v,
+                    const double *const face[NFACES], int want_res)
+{
+    const int nx = b->n[0], ny = b->n[1], nz = b->n[2];
+    const size_t plane = (size_t)ny * nz;
+    const double sixth = 1.0 / 6.0;
+    double res = 0.0;
+
+    for (int i = 0; i < nx; i++) {
+        for (int j = 0; j < ny; j++) {
+            const double *c = u + i * plane + (size_t)j * nz;
+            const double *xm = i > 0 ? c - plane : face[XLO] + (size_t)j * nz;
+            const double *xp = i < nx - 1 ? c + plane : face[XHI] + (size_t)j * nz;
+            const double *ym = j > 0 ? c - nz : face[YLO] + (size_t)i * nz;
+            const double *yp = j < ny - 1 ? c + nz : face[YHI] + (size_t)i * nz;
+            const double zm = face[ZLO][(size_t)i * ny + j];
+            const double zp = face[ZHI][(size_t)i * ny + j];
+            double *o = v + i * plane + (size_t)j * nz;
+
+            /* The two ends of the row read the z faces; the middle is a
+             * branch-free loop the compiler can vectorise. */
+            if (nz == 1) {
+                o[0] = ((xm[0] + xp[0]) + (ym[0] + yp[0]) + (zm + zp)) * sixth;
+            } else {
+                o[0] = ((xm[0] + xp[0]) + (ym[0] + yp[0]) + (zm + c[1])) * sixth;
+                for (int k = 1; k < nz - 1; k++)
+                    o[k] = ((xm[k] + xp[k]) + (ym[k] + yp[k]) + (c[k - 1] + c[k + 1])) * sixth;
+                o[nz - 1] = ((xm[nz - 1] + xp[nz - 1]) + (ym[nz - 1] + yp[nz - 1]) +
+                             (c[nz - 2] + zp)) * sixth;
+            }
+            if (want_res)
+                for (int k = 0; k < nz; k++)
+                    res += (o[k] - c[k]) * (o[k] - c[k]);
+        }
+    }
+    return res;
+}
+
+/* ---- communication -------------------------------------------------------- */
+
+/*
+ * Buffers of one rank. Everything that carries faces is doubled, index
+ * [parity][face], parity = iteration & 1; see the scheme in run_dchan().
+ */
+struct comm {
+    double *pack[2][NFACES];  /* outgoing faces, contiguous */
+    double *recv[2][NFACES];  /* incoming faces, read by the sweep in place */
+    double *bface[NFACES];    /* fixed boundary values, where nb[f] < 0 */
+    int nneigh;
+    MPI_Request rreq[2][NFACES], sreq[2][NFACES]; /* msg mode */
+};
+
+static volatile int async_error;
+
+/* Counts the faces of one parity that have arrived. */
+static void on_arrival(dchan_handle_t *h, void *arg)
+{
+    (void)h;
+    (*(int *)arg)++;
+}
+
+static void on_error(dchan_handle_t *h, int rc, void *arg)
+{
+    (void)h;
+    (void)arg;
+    fprintf(stderr, "jacobi3d: rank %d: channel error: %s\n", my_rank, dchan_strerror(rc));
+    async_error = rc;
+}
+
+static void faces_of(const struct block *b, const struct comm *cm, int parity,
+                     const double *face[NFACES])
+{
+    for (int f = 0; f < NFACES; f++)
+        face[f] = b->nb[f] >= 0 ? cm->recv[parity][f] : cm->bface[f];
+}
+
+/* Iterations [first, end) of iters; returns the squared update of the
+ * last iteration (0 when it is not among these). */
+static double run_msg(const struct block *b, struct comm *cm, double **u, double **v, int first,
+                      int end, int iters)
+{
+    MPI_Request (*rreq)[NFACES] = cm->rreq, (*sreq)[NFACES] = cm->sreq;
+    double res = 0.0;
+
+    /* Tag = the sender's face; the receiver expects its opposite. MPI's
+     * non-overtaking rule keeps consecutive iterations in order. */
+    if (first == 0)
+        for (int f = 0; f < NFACES; f++)
+            if (b->nb[f] >= 0)
+                MPI_Irecv(cm->recv[0][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f], OPPOSITE(f),
+                          MPI_COMM_WORLD, &rreq[0][f]);
+    for (int it = first; it < end; it++) {
+        const int p = it & 1;
+        const double *face[NFACES];
+
+        /* The sends of iteration it-2 read pack[p]; they must be done. */
+        MPI_Waitall(NFACES, sreq[p], MPI_STATUSES_IGNORE);
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb[f] < 0)
+                continue;
+            pack_face(b, *u, f, cm->pack[p][f]);
+            MPI_Isend(cm->pack[p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f], f, MPI_COMM_WORLD,
+                      &sreq[p][f]);
+        }
+        /* Pre-post the next iteration's receives: recv[1-p] was consumed by
+         * the sweep of iteration it-1. */
+        if (it + 1 < iters)
+            for (int f = 0; f < NFACES; f++)
+                if (b->nb[f] >= 0)
+                    MPI_Irecv(cm->recv[1 - p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f],
+                              OPPOSITE(f), MPI_COMM_WORLD, &rreq[1 - p][f]);
+        MPI_Waitall(NFACES, rreq[p], MPI_STATUSES_IGNORE);
+        faces_of(b, cm, p, face);
+        res = sweep(b, *u, *v, face, it == iters - 1);
+        double *t = *u;
+        *u = *v;
+        *v = t;
+    }
+    if (end == iters)
+        MPI_Waitall(2 * NFACES, &sreq[0][0], MPI_STATUSES_IGNORE);
+    return res;
+}
+
+struct channels {
+    dchan_handle_t *rh[2][NFACES]; /* receive: neighbour across f -> recv[p][f] */
+    dchan_handle_t *sh[2][NFACES]; /* send: pack[p][f] -> neighbour's recv[p][opposite] */
+    int arrived[2];                /* faces arrived, per parity */
+};
+
+/* Creates both channel sets. Wires travel by MPI, once. */
+static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct comm *cm,
+                           struct channels *ch)
+{
+    dchan_wire_t mine[2][NFACES], theirs[2][NFACES];
+    MPI_Request req[4 * NFACES];
+    int nreq = 0, rc;
+
+    memset(ch, 0, sizeof *ch);
+    for (int p = 0; p < 2; p++) {
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb[f] < 0)
+                continue;
+            rc = dchan_create_handle(ctx, b->nb[f], cm->recv[p][f], b->fsize[f] * sizeof(double),
+                                     SENTINEL_OOB, on_arrival, &ch->arrived[p], &ch->rh[p][f]);
+            if (rc == DCHAN_SUCCESS)
+                rc = dchan_handle_export(ch->rh[p][f], &mine[p][f]);
+            if (rc != DCHAN_SUCCESS)
+                die_dchan("dchan_create_handle", rc);
+            MPI_Isend(&mine[p][f], sizeof mine[p][f], MPI_BYTE, b->nb[f], 2 * f + p,
+                      MPI_COMM_WORLD, &req[nreq++]);
+            MPI_Irecv(&theirs[p][f], sizeof theirs[p][f], MPI_BYTE, b->nb[f],
+                      2 * OPPOSITE(f) + p, MPI_COMM_WORLD, &req[nreq++]);
+        }
+    }
+    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    for (int p = 0; p < 2; p++) {
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb[f] < 0)
+                continue;
+            rc = dchan_assoc_local(ctx, &theirs[p][f], cm->pack[p][f],
+                                   b->fsize[f] * sizeof(double), &ch->sh[p][f]);
+            if (rc != DCHAN_SUCCESS)
+                die_dchan("dchan_assoc_local", rc);
+        }
+    }
+}
+
+/* Waits until the last put from a pack buffer no longer reads it. */
+static void wait_put_done(dchan_handle_t *sh)
+{
+    int rc;
+
+    while ((rc = dchan_put_test(sh)) == 0)
+        ;
+    if (rc < 0)
+        die_dchan("dchan_put_test", rc);
+}
+
+/*
+ * The dchan scheme. Each face and neighbour has two channels, parity 0 and
+ * 1, used on even and odd iterations, each with its own receive buffer and
+ * its own pack buffer. In iteration it (parity p) a rank puts its faces on
+ * the parity-p channels, waits for the parity-p faces of its neighbours,
+ * sweeps, and only then re-arms its parity-p receive handles.
+ *
+ * Why the next put on a channel never comes before the re-arm (one put per
+ * armed period), without a barrier: neighbour S puts into my parity-p
+ * buffer again in iteration it+2. To get there S finished iteration it+1,
+ * which needed my face of iteration it+1; I put that only after finishing
+ * iteration it, re-arm included. The same chain holds for every face since
+ * the neighbour relation is symmetric. A single channel per face would not
+ * do: S may start iteration it+1 (and put) as soon as it has my face of
+ * iteration it, while I may still be sweeping with S's face of iteration it.
+ *
+ * Pack buffers: pack[p][f] is rewritten in iteration it+2, two puts later;
+ * dchan_put_test confirms the put of iteration it has completed locally
+ * (normally long done, so this costs one test).
+ */
+static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm,
+                        struct channels *ch, double **u, double **v, int first, int end,
+                        int iters)
+{
+    double res = 0.0;
+    int rc;
+
+    for (int it = first; it < end; it++) {
+        const int p = it & 1;
+        const double *face[NFACES];
+
+        for (int f = 0; f < NFACES; f++) {
+            if (!ch->sh[p][f])
+                continue;
+            wait_put_done(ch->sh[p][f]);
+            pack_face(b, *u, f, cm->pack[p][f]);
+            if ((rc = dchan_put(ch->sh[p][f])) != DCHAN_SUCCESS)
+                die_dchan("dchan_put", rc);
+        }
+        /* Faces of iteration it+1 may arrive too (neighbours ahead of us):
+         * they count into the other parity's counter. */
+        while (ch->arrived[p] < cm->nneigh) {
+            rc = dchan_wait(ctx, WAIT_TIMEOUT_MS);
+            if (rc < 0)
+                die_dchan("waiting for neighbour faces", rc);
+            if (async_error)
+                die_dchan("channel", async_error);
+        }
+        faces_of(b, cm, p, face);
+        res = sweep(b, *u, *v, face, it == iters - 1);
+        /* Done with recv[p]: reset the count, then re-arm. Callbacks run
+         * only inside our own dchan_wait, so the order is safe. */
+        ch->arrived[p] = 0;
+        for (int f = 0; f < NFACES; f++)
+            if (ch->rh[p][f] && (rc = dchan_ready(ch->rh[p][f])) != DCHAN_SUCCESS)
+                die_dchan("dchan_ready", rc);
+        double *t = *u;
+        *u = *v;
+        *v = t;
+    }
+    return res;
+}
+
+static void teardown_channels(struct channels *ch)
+{
+    /* Every put has arrived (each receiver waited for all of them), but the
+     * senders' local completion may lag; then no handle may go while a
+     * neighbour could still touch it, hence the barrier. */
+    for (int p = 0; p < 2; p++)
+        for (int f = 0; f < NFACES; f++)
+            if (ch->sh[p][f])
+                wait_put_done(ch->sh[p][f]);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int p = 0; p < 2; p++)
+        for (int f = 0; f < NFACES; f++) {
+            if (ch->sh[p][f])
+                dchan_handle_destroy(ch->sh[p][f]);
+            if (ch->rh[p][f])
+                dchan_handle_destroy(ch->rh[p][f]);
+        }
+}
+
+/* ---- verification --------------------------------------------------------- */
+
+/* Gathers the blocks on rank 0 and compares them with a serial run of the
+ * same problem. Returns 1 if verified (on every rank), 0 if not. */
+static int verify(const struct options *o, const struct block *b, const double *u,
+                  int nranks, double *maxdiff_out)
+{
+    const size_t total = (size_t)o->grid[0] * o->grid[1] * o->grid[2];
+    const size_t local = (size_t)b->n[0] * b->n[1] * b->n[2];
+    int *counts = NULL, *displs = NULL, ok = 0;
+    double *all = NULL, maxdiff = 0.0;
+
+    if (my_rank == 0) {
+        counts = malloc(nranks * sizeof *counts);
+        displs = malloc(nranks * sizeof *displs);
+        all = xalloc(total);
+        if (!counts || !displs)
+            die("out of memory");
+        size_t at = 0;
+        for (int r = 0; r < nranks; r++) {
+            struct block rb;
+            block_init(&rb, o->grid, o->procs, r);
+            counts[r] = rb.n[0] * rb.n[1] * rb.n[2];
+            displs[r] = (int)at;
+            at += counts[r];
+        }
+    }
+    MPI_Gatherv(u, (int)local, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+
+    if (my_rank == 0) {
+        /* The serial reference: one block covering the whole grid. */
+        struct block g;
+        double *s = xalloc(total), *t = xalloc(total), *bface[NFACES];
+        const double *face[NFACES];
+        int one[3] = { 1, 1, 1 };
+
+        block_init(&g, o->grid, one, 0);
+        for (int f = 0; f < NFACES; f++) {
+            bface[f] = xalloc(g.fsize[f]);
+            fill_boundary_face(&g, o->grid, f, bface[f]);
+            face[f] = bface[f];
+        }
+        memset(s, 0, total * sizeof *s);
+        for (int it = 0; it < o->iters; it++) {
+            sweep(&g, s, t, face, 0);
+            double *x = s;
+            s = t;
+            t = x;
+        }
+        for (int r = 0; r < nranks; r++) {
+            struct block rb;
+            const double *blk = all + displs[r];
+
+            block_init(&rb, o->grid, o->procs, r);
+            for (int i = 0; i < rb.n[0]; i++)
+                for (int j = 0; j < rb.n[1]; j++)
+                    for (int k = 0; k < rb.n[2]; k++) {
+                        size_t gi = ((size_t)(rb.off[0] + i) * o->grid[1] + rb.off[1] + j) *
+                                        o->grid[2] + rb.off[2] + k;
+                        double d = fabs(blk[((size_t)i * rb.n[1] + j) * rb.n[2] + k] - s[gi]);
+                        /* !(d <= maxdiff) also catches NaN */
+                        if (!(d <= maxdiff))
+                            maxdiff = d;
+                    }
+        }
+        ok = maxdiff <= VERIFY_TOL;
+        for (int f = 0; f < NFACES; f++)
+            free(bface[f]);
+        free(s);
+        free(t);
+        free(all);
+        free(counts);
+        free(displs);
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&maxdiff, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    *maxdiff_out = maxdiff;
+    return ok;
+}
+
+/* ---- command line --------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: mpirun -np P jacobi3d [options]\n"
+            "  --grid NX,NY,NZ     unknowns along x, y, z (default 64,64,64)\n"
+            "  --procs PX,PY,PZ    process grid, PX*PY*PZ = P (default: MPI_Dims_create)\n"
+            "  --iters N           Jacobi iterations (default 100)\n"
+            "  --mode msg|dchan    face exchange: MPI_Isend/MPI_Irecv or dchan channels\n"
+            "                      (default dchan)\n"
+            "  --verify            compare with a serial run on rank 0 (gathered grid); the\n"
+            "                      results must agree exactly; exit 1 if they do not\n"
+            "  --detect auto|sentinel|flag|event\n"
+            "                      dchan arrival detection (default: DCHAN_DETECT, else auto)\n"
+            "  --help              this text\n"
+            "Solves the Laplace equation with fixed boundary values by Jacobi sweeps,\n"
+            "starting from zero. The last line on stdout is a RESULT line: iter_time_s is\n"
+            "the mean time of one iteration on the slowest rank (the first iteration,\n"
+            "which pays for first contact, is not timed); residual is the 2-norm of the\n"
+            "last iteration's update over the whole grid, sqrt(sum (u_new - u_old)^2).\n");
+}
+
+/* "A,B,C" with three positive ints; returns 0 on success. */
+static int parse_triple(const char *s, int out[3])
+{
+    const char *p = s;
+
+    for (int d = 0; d < 3; d++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+
+        if (end == p || v <= 0 || v > INT_MAX || (d < 2 ? *end != ',' : *end != '\0'))
+            return -1;
+        out[d] = (int)v;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* Returns 0 to run, 1 for --help, -1 for an error (message printed on rank 0). */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    static const struct option longopts[] = {
+        { "grid", required_argument, NULL, 'g' },  { "procs", required_argument, NULL, 'p' },
+        { "iters", required_argument, NULL, 'i' }, { "mode", required_argument, NULL, 'm' },
+        { "verify", no_argument, NULL, 'v' },      { "detect", required_argument, NULL, 'd' },
+        { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 }
+    };
+    static const char *detects[] = { "auto", "sentinel", "flag", "event" };
+    int c;
+
+    *o = (struct options){ .grid = { 64, 64, 64 }, .iters = 100, .mode = MODE_DCHAN, .detect = -1 };
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        const char *bad = NULL;
+        char *end;
+
+        switch (c) {
+        case 'g':
+            if (parse_triple(optarg, o->grid))
+                bad = "--grid wants NX,NY,NZ, three positive integers";
+            break;
+        case 'p':
+            if (parse_triple(optarg, o->procs))
+                bad = "--procs wants PX,PY,PZ, three positive integers";
+            break;
+        case 'i': {
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > INT_MAX)
+                bad = "--iters wants a positive integer";
+            else
+                o->iters = (int)v;
+            break;
+        }
+        case 'm':
+            if (!strcmp(optarg, "msg"))
+                o->mode = MODE_MSG;
+            else if (!strcmp(optarg, "dchan"))
+                o->mode = MODE_DCHAN;
+            else
+                bad = "--mode wants msg or dchan";
+            break;
+        case 'v':
+            o->verify = 1;
+            break;
+        case 'd':
+            o->detect = -2;
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(optarg, detects[i]))
+                    o->detect = i; /* DCHAN_DETECT_AUTO .. _EVENT are 0 .. 3 */
+            if (o->detect == -2)
+                bad = "--detect wants auto, sentinel, flag or event";
+            break;
+        case 'h':
+            if (my_rank == 0)
+                usage(stdout);
+            return 1;
+        default:
+            bad = "unknown option or missing argument (see --help)";
+            if (my_rank == 0)
+                fprintf(stderr, "jacobi3d: %s: %s\n", argv[optind - 1], bad);
+            return -1;
+        }
+        if (bad) {
+            if (my_rank == 0)
+                fprintf(stderr, "jacobi3d: %s\n", bad);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        if (my_rank == 0)
+            fprintf(stderr, "jacobi3d: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_decomposition(struct options *o, int nranks)
+{
+    if (o->procs[0] == 0)
+        MPI_Dims_create(nranks, 3, o->procs);
+    if ((long long)o->procs[0] * o->procs[1] * o->procs[2] != nranks) {
+        if (my_rank == 0)
+            fprintf(stderr, "jacobi3d: --procs %d,%d,%d needs %lld ranks, but the job has %d\n",
+                    o->procs[0], o->procs[1], o->procs[2],
+                    (long long)o->procs[0] * o->procs[1] * o->procs[2], nranks);
+        return -1;
+    }
+    for (int d = 0; d < 3; d++) {
+        if (o->grid[d] < o->procs[d]) {
+            if (my_rank == 0)
+                fprintf(stderr, "jacobi3d: grid %d along %c cannot be split over %d ranks\n",
+                        o->grid[d], "xyz"[d], o->procs[d]);
+            return -1;
+        }
+    }
+    if (o->verify && (double)o->grid[0] * o->grid[1] * o->grid[2] > INT_MAX) {
+        if (my_rank == 0)
+            fprintf(stderr, "jacobi3d: --verify gathers the grid on rank 0; %d,%d,%d is too large\n",
+                    o->grid[0], o->grid[1], o->grid[2]);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *detect_name(int d)
+{
+    switch (d) {
+    case DCHAN_DETECT_SENTINEL: return "sentinel";
+    case DCHAN_DETECT_FLAG: return "flag";
+    case DCHAN_DETECT_EVENT: return "event";
+    default: return "auto";
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    struct block b;
+    struct comm cm;
+    struct channels ch;
+    dchan_ctx_t *ctx = NULL;
+    const char *provider = "mpi";
+    double elapsed = 0.0;
+    int nranks, rc;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+
+    /* Every rank parses the same arguments and reaches the same verdict. */
+    rc = parse_args(argc, argv, &o);
+    if (rc == 0)
+        rc = check_decomposition(&o, nranks);
+    if (rc != 0) {
+        MPI_Finalize();
+        return rc > 0 ? 0 : 2;
+    }
+
+    block_init(&b, o.grid, o.procs, my_rank);
+    memset(&cm, 0, sizeof cm);
+    for (int f = 0; f < NFACES; f++) {
+        if (b.nb[f] >= 0) {
+            cm.nneigh++;
+            for (int p = 0; p < 2; p++) {
+                cm.pack[p][f] = xalloc(b.fsize[f]);
+                cm.recv[p][f] = xalloc(b.fsize[f]);
+            }
+        } else {
+            cm.bface[f] = xalloc(b.fsize[f]);
+            fill_boundary_face(&b, o.grid, f, cm.bface[f]);
+        }
+    }
+    for (int p = 0; p < 2; p++)
+        for (int f = 0; f < NFACES; f++)
+            cm.rreq[p][f] = cm.sreq[p][f] = MPI_REQUEST_NULL;
+    const size_t local = (size_t)b.n[0] * b.n[1] * b.n[2];
+    double *u = xalloc(local), *v = xalloc(local);
+    memset(u, 0, local * sizeof *u);
+    memset(v, 0, local * sizeof *v);
+
+    if (o.mode == MODE_DCHAN) {
+        dchan_attr_t attr;
+
+        dchan_attr_init(&attr);
+        if (o.detect >= 0)
+            attr.detect = o.detect;
+        attr.error_fn = on_error;
+        rc = dchan_init(&attr, &ctx);
+        if (rc != DCHAN_SUCCESS) {
+            fprintf(stderr, "jacobi3d: rank %d: dchan_init: %s%s\n", my_rank, dchan_strerror(rc),
+                    rc == DCHAN_ERR_UNSUPPORTED ? " (is the detection mode offered by the "
+                                                  "provider? see dchan_info)" : "");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        provider = dchan_provider_name(ctx);
+        setup_channels(ctx, &b, &cm, &ch);
+    }
+    if (my_rank == 0) {
+        char how[128] = "";
+        if (o.mode == MODE_DCHAN) {
+            int d = -1;
+            for (int f = 0; f < NFACES && d < 0; f++)
+                if (ch.rh[0][f])
+                    d = dchan_handle_detect(ch.rh[0][f]);
+            snprintf(how, sizeof how, ", provider %s, detection %s", provider,
+                     d >= 0 ? detect_name(d) : "none (no neighbours)");
+        }
+        /* One write, so that the line stays whole in mpirun's output. */
+        fprintf(stderr, "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d), %d iterations, mode %s%s\n",
+                o.grid[0], o.grid[1], o.grid[2], nranks, o.procs[0], o.procs[1], o.procs[2],
+                o.iters, o.mode == MODE_MSG ? "msg" : "dchan", how);
+    }
+
+    /* Iteration 0 is not timed when there are more: it pays for first
+     * contact (connections, first touch of buffers) in either mode. */
+    const int untimed = o.iters > 1;
+    double res = 0.0;
+    for (int pass = !untimed; pass < 2; pass++) {
+        const int first = pass ? untimed : 0, end = pass ? o.iters : 1;
+        if (pass)
+            MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        res = o.mode == MODE_MSG ? run_msg(&b, &cm, &u, &v, first, end, o.iters)
+                                 : run_dchan(ctx, &b, &cm, &ch, &u, &v, first, end, o.iters);
+        elapsed = MPI_Wtime() - t0;
+    }
+    double slowest, sum_res;
+
+    MPI_Reduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(&res, &sum_res, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+
+    const char *verified = "skipped";
+    double maxdiff = 0.0;
+    int failed = 0;
+    if (o.verify) {
+        int ok = verify(&o, &b, u, nranks, &maxdiff);
+        verified = ok ? "yes" : "no";
+        failed = !ok;
+        if (my_rank == 0)
+            fprintf(stderr, "jacobi3d: largest difference from the serial run: %.3e (%s)\n",
+                    maxdiff, ok ? "verified" : "NOT verified");
+    }
+    if (my_rank == 0) {
+        printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d "
+               "iters=%d iter_time_s=%.6e residual=%.6e verified=%s\n",
+               provider, o.mode == MODE_MSG ? "msg" : "dchan", nranks, o.grid[0], o.grid[1],
+               o.grid[2], o.procs[0], o.procs[1], o.procs[2], o.iters, slowest / (o.iters - untimed),
+               sqrt(sum_res), verified);
+        fflush(stdout);
+    }
+
+    if (ctx) {
+        teardown_channels(&ch);
+        if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
+            fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", my_rank, dchan_strerror(rc));
+    }
+    for (int f = 0; f < NFACES; f++) {
+        free(cm.bface[f]);
+        for (int p = 0; p < 2; p++) {
+            free(cm.pack[p][f]);
+            free(cm.recv[p][f]);
+        }
+    }
+    free(u);
+    free(v);
+    MPI_Finalize();
+    return failed;
+}
