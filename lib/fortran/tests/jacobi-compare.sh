@@ -1,0 +1,65 @@
+#!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# jacobi3d_f against jacobi3d. For each problem below, runs scenario
+# jacobi-<p> (C) and jacobi-f-<p> (Fortran) of apps/scenarios through
+# tests/mprun, with the same ranks, and requires: the same arguments in both
+# scenarios, both verified against their serial run, and the same RESULT
+# line but for the timing, so the same residual to the last printed digit
+# (both do the same floating-point operations in the same order, so they
+# compute the same doubles). Run by make check from the build directory.
+
+srcdir=${srcdir:-$(dirname "$0")/../../..}
+runner=tests/mprun
+scenarios=$srcdir/apps/scenarios
+[ -f "$runner" ] || { echo "jacobi-compare: no $runner here: run from the build directory" >&2; exit 99; }
+[ -f "$scenarios" ] || { echo "jacobi-compare: cannot read $scenarios" >&2; exit 99; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dchan-jcmp.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 99' HUP INT TERM
+status=0
+
+args_of() {
+    grep -E "^$1[[:space:]]" "$scenarios" | head -n 1 | "${AWK:-awk}" '{ $1 = ""; $2 = ""; print }'
+}
+
+# The RESULT line of a run, without iter_time_s.
+result_of() {
+    grep '^RESULT ' "$1" | tail -n 1 | sed 's/ iter_time_s=[^ ]*//'
+}
+
+# problem:ranks, as the C runs of apps/Makefile.include use them.
+for pr in 1-msg:1 2-dchan:2 4-msg:4 4-dchan:4 222-dchan:8; do
+    p=${pr%:*}
+    np=${pr#*:}
+    c=jacobi-$p
+    f=jacobi-f-$p
+    if [ "$(args_of "$c")" != "$(args_of "$f")" ] || [ -z "$(args_of "$c")" ]; then
+        echo "FAIL $p: scenarios $c and $f of apps/scenarios differ or are missing" >&2
+        status=1
+        continue
+    fi
+    for s in "$c" "$f"; do
+        if ! sh "$runner" "$s.auto.auto.mpi.np$np.mprun" > "$tmp/$s.out" 2>&1; then
+            echo "FAIL $p: $s failed:" >&2
+            cat "$tmp/$s.out" >&2
+            status=1
+            continue 2
+        fi
+    done
+    rc_line=$(result_of "$tmp/$c.out")
+    rf_line=$(result_of "$tmp/$f.out")
+    case $rc_line in
+    *" verified=yes") ;;
+    *) echo "FAIL $p: $c not verified: '$rc_line'" >&2; status=1; continue ;;
+    esac
+    if [ "$rc_line" != "$rf_line" ]; then
+        echo "FAIL $p: the RESULT lines differ:" >&2
+        echo "  C:       $rc_line" >&2
+        echo "  Fortran: $rf_line" >&2
+        status=1
+        continue
+    fi
+    echo "ok   $p on $np ranks: ${rf_line#RESULT }"
+done
+exit $status
