@@ -70,11 +70,13 @@ int dchan_boot_allgather(struct dchan_boot *b, const void *in, void *out, size_t
     return b->ops->allgather(b, in, out, len);
 }
 
-int dchan_boot_barrier(struct dchan_boot *b)
+int dchan_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
 {
     unsigned char one = 1;
     if (b->size == 1)
         return DCHAN_SUCCESS;
+    if (b->ops->barrier)
+        return b->ops->barrier(b, poll, arg);
     unsigned char *buf = malloc((size_t)b->size);
     if (!buf)
         return DCHAN_ERR_NO_MEMORY;

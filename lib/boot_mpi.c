@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <mpi.h>
@@ -100,6 +101,31 @@ static int mpi_boot_allgather(struct dchan_boot *b, const void *in, void *out, s
     return DCHAN_SUCCESS;
 }
 
+static int mpi_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
+{
+    struct mpi_boot *s = b->state;
+    MPI_Request req;
+    int done = 0, fini = 0, rc;
+    MPI_Finalized(&fini);
+    if (fini) {
+        dchan_err(b->ctx, "mpi", "MPI was finalised before dchan: finalise dchan first");
+        return DCHAN_ERR_STATE;
+    }
+    rc = MPI_Ibarrier(s->comm, &req);
+    for (unsigned long spins = 0; rc == MPI_SUCCESS && !done; spins++) {
+        rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done && poll)
+            poll(arg);
+        if (!done && spins > 1000)
+            sched_yield(); /* with more ranks than cores, let the others in */
+    }
+    if (rc != MPI_SUCCESS) {
+        dchan_err(b->ctx, "mpi", "barrier failed (MPI error %d)", rc);
+        return DCHAN_ERR_PROVIDER;
+    }
+    return DCHAN_SUCCESS;
+}
+
 static void mpi_boot_fini(struct dchan_boot *b)
 {
     struct mpi_boot *s = b->state;
@@ -122,5 +148,6 @@ const struct dchan_boot_ops dchan_boot_mpi_ops = {
     .detect = mpi_usable,
     .init = mpi_boot_init,
     .allgather = mpi_boot_allgather,
+    .barrier = mpi_boot_barrier,
     .fini = mpi_boot_fini,
 };

@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,41 @@ static int pmix_boot_allgather(struct dchan_boot *b, const void *in, void *out, 
     return DCHAN_SUCCESS;
 }
 
+/* Completion of a non-blocking fence, set from PMIx's progress thread. */
+struct fence_done {
+    volatile int done;
+    volatile pmix_status_t status;
+};
+
+static void fence_cb(pmix_status_t status, void *cbdata)
+{
+    struct fence_done *f = cbdata;
+    f->status = status;
+    __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+}
+
+static int pmix_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
+{
+    struct pmix_boot *s = b->state;
+    struct fence_done f = {0, PMIX_SUCCESS};
+    pmix_status_t rc = PMIx_Fence_nb(&s->all, 1, NULL, 0, fence_cb, &f);
+    if (rc != PMIX_SUCCESS) {
+        dchan_err(b->ctx, "pmix", "PMIx_Fence_nb failed: %s", PMIx_Error_string(rc));
+        return DCHAN_ERR_PROVIDER;
+    }
+    for (unsigned long spins = 0; !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE); spins++) {
+        if (poll)
+            poll(arg);
+        if (spins > 1000)
+            sched_yield();
+    }
+    if (f.status != PMIX_SUCCESS) {
+        dchan_err(b->ctx, "pmix", "fence failed: %s", PMIx_Error_string(f.status));
+        return DCHAN_ERR_PROVIDER;
+    }
+    return DCHAN_SUCCESS;
+}
+
 static void pmix_boot_fini(struct dchan_boot *b)
 {
     if (!b->state)
@@ -127,5 +163,6 @@ const struct dchan_boot_ops dchan_boot_pmix_ops = {
     .detect = pmix_launched,
     .init = pmix_boot_init,
     .allgather = pmix_boot_allgather,
+    .barrier = pmix_boot_barrier,
     .fini = pmix_boot_fini,
 };

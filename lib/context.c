@@ -70,7 +70,7 @@ static void prov_free(struct dchan_prov *p)
 
 /* Open one provider on every rank: local open, agreement, address exchange,
  * connect, agreement. Either every rank gets it or none does. */
-static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops,
+static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, int forced,
                       struct dchan_prov **out)
 {
     int n = ctx->nranks, rc, all_ok = 1;
@@ -87,6 +87,7 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops,
     p->ops = ops;
     p->ctx = ctx;
     p->modes = ops->modes;
+    p->forced = forced;
     rc = dchan_regcache_create(p);
     if (rc == DCHAN_SUCCESS)
         rc = ops->open(p);
@@ -191,7 +192,7 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
                 rc = DCHAN_ERR_UNSUPPORTED;
                 continue;
             }
-            rc = prov_start(ctx, ops, &ctx->net);
+            rc = prov_start(ctx, ops, 1, &ctx->net);
             if (rc != DCHAN_SUCCESS)
                 dchan_info(ctx, word, "not usable: %s", dchan_strerror(rc));
         }
@@ -210,7 +211,7 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         for (size_t i = 0; i < dchan_num_providers && !ctx->net; i++) {
             if (dchan_providers[i] == self_ops)
                 continue;
-            rc = prov_start(ctx, dchan_providers[i], &ctx->net);
+            rc = prov_start(ctx, dchan_providers[i], 0, &ctx->net);
             if (rc != DCHAN_SUCCESS)
                 dchan_info(ctx, dchan_providers[i]->name, "not usable: %s", dchan_strerror(rc));
         }
@@ -225,7 +226,7 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         if (rc != DCHAN_SUCCESS)
             return rc;
     }
-    rc = prov_start(ctx, self_ops, &ctx->self);
+    rc = prov_start(ctx, self_ops, 0, &ctx->self);
     if (rc != DCHAN_SUCCESS) {
         dchan_err(ctx, "self", "cannot open: %s", dchan_strerror(rc));
         return rc;
@@ -237,6 +238,13 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         dchan_info(ctx, ctx->net->ops->name, "chosen for other ranks%s%s; self for own channels",
                    ctx->net->desc[0] ? ": " : "", ctx->net->desc);
     return rc;
+}
+
+/* Provider progress while a barrier waits (no callbacks: they run at the
+ * application's next dchan_progress). */
+static void poll_cb(void *arg)
+{
+    dchan_core_poll_providers(arg);
 }
 
 /* ---- init / finalize ------------------------------------------------------- */
@@ -395,8 +403,9 @@ DCHAN_API int dchan_finalize(dchan_ctx_t *ctx)
         if (hrc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
             rc = hrc;
     }
-    /* Peers may still be completing puts into our memory: wait for all. */
-    int brc = dchan_boot_barrier(&ctx->boot);
+    /* Peers may still be completing puts into our memory: wait for all,
+     * driving our providers meanwhile (a peer may wait on our progress). */
+    int brc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
     if (brc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
         rc = brc;
     dchan_ctx_unlock(ctx);
@@ -452,6 +461,11 @@ const void *dchan_ctx_boot_mpi_comm(const dchan_ctx_t *ctx)
     return ctx->boot.mpi_comm;
 }
 
+const struct dchan_params *dchan_ctx_params(const dchan_ctx_t *ctx)
+{
+    return &ctx->params;
+}
+
 /* ---- collectives for programs without their own means ------------------------ */
 
 DCHAN_API int dchan_allgather(dchan_ctx_t *ctx, const void *in, void *out, size_t len)
@@ -473,7 +487,7 @@ DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
     if (dchan_in_callback(ctx))
         return DCHAN_ERR_STATE;
     dchan_ctx_lock(ctx);
-    int rc = dchan_boot_barrier(&ctx->boot);
+    int rc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
     dchan_ctx_unlock(ctx);
     return rc;
 }

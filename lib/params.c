@@ -13,9 +13,11 @@
 #include "core.h"
 
 const struct dchan_param_desc dchan_param_table[] = {
-#define DCHAN_PARAM(name, type, def, help) {#name, DCHAN_PT_##type, def, help},
+#define DCHAN_PARAM(name, type, def, help) {#name, DCHAN_PT_##type, def, help, NULL},
+#define DCHAN_PARAM_WORD(name, choices, def, help) {#name, DCHAN_PT_WORD, def, help, choices},
 #include "params.def"
 #undef DCHAN_PARAM
+#undef DCHAN_PARAM_WORD
 };
 const size_t dchan_param_count = sizeof(dchan_param_table) / sizeof(dchan_param_table[0]);
 
@@ -79,9 +81,23 @@ const char *dchan_enum_word(enum dchan_param_type t, int value)
     return "?";
 }
 
+int dchan_param_parse_word(const char *choices, const char *s, const char **out)
+{
+    size_t n = s ? strlen(s) : 0;
+    for (const char *c = choices; s && c && *c;) {
+        size_t len = strcspn(c, "|");
+        if (len == n && n > 0 && strncasecmp(c, s, n) == 0) {
+            *out = s;
+            return DCHAN_SUCCESS;
+        }
+        c += len + (c[len] == '|');
+    }
+    return DCHAN_ERR_INVALID_ARG;
+}
+
 int dchan_param_parse(enum dchan_param_type t, const char *s, void *out)
 {
-    if (!s || !out)
+    if (!s || !out || t == DCHAN_PT_WORD) /* words need their choices */
         return DCHAN_ERR_INVALID_ARG;
     if (t == DCHAN_PT_STRING) {
         *(const char **)out = s;
@@ -158,21 +174,29 @@ int dchan_params_load(struct dchan_params *pv, char *err, size_t errlen)
     const struct dchan_param_desc *d = dchan_param_table;
     int rc;
 
-#define DCHAN_PARAM(NAME, TYPE_, DEF_, HELP_)                                              \
+#define DCHAN_PARAM_CHECK(NAME, PARSE_DEF, PARSE_ENV)                                      \
     do {                                                                                   \
         const char *env = dchan_param_env(#NAME);                                          \
-        rc = dchan_param_parse(d->type, d->def, &pv->NAME);                                \
+        rc = PARSE_DEF;                                                                    \
         if (rc == DCHAN_SUCCESS && env)                                                    \
-            rc = dchan_param_parse(d->type, env, &pv->NAME);                               \
+            rc = PARSE_ENV;                                                                \
         if (rc != DCHAN_SUCCESS) {                                                         \
             snprintf(err, errlen, "DCHAN_%s='%s' is not valid: expected %s", #NAME,        \
-                     env ? env : "", dchan_param_choices(d->type));                        \
+                     env ? env : "", d->choices ? d->choices : dchan_param_choices(d->type)); \
             return DCHAN_ERR_INVALID_ARG;                                                  \
         }                                                                                  \
         d++;                                                                               \
     } while (0);
+#define DCHAN_PARAM(NAME, TYPE_, DEF_, HELP_)                                              \
+    DCHAN_PARAM_CHECK(NAME, dchan_param_parse(d->type, d->def, &pv->NAME),                 \
+                      dchan_param_parse(d->type, env, &pv->NAME))
+#define DCHAN_PARAM_WORD(NAME, CHOICES_, DEF_, HELP_)                                      \
+    DCHAN_PARAM_CHECK(NAME, dchan_param_parse_word(d->choices, d->def, &pv->NAME),         \
+                      dchan_param_parse_word(d->choices, env, &pv->NAME))
 #include "params.def"
 #undef DCHAN_PARAM
+#undef DCHAN_PARAM_WORD
+#undef DCHAN_PARAM_CHECK
     return DCHAN_SUCCESS;
 }
 

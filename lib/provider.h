@@ -17,6 +17,7 @@
 
 #include "dchan.h"
 #include "log.h"
+#include "params.h"
 
 struct dchan_prov;
 struct dchan_reg;
@@ -131,6 +132,7 @@ struct dchan_prov {
     size_t addr_len;
     struct dchan_regcache *regs;
     int opened, connected;
+    int forced; /* named by DCHAN_PROVIDER or attr.provider: fallbacks are acceptable */
     char desc[160];       /* what was chosen and why, for DCHAN_LOG=info */
 };
 
@@ -204,7 +206,8 @@ int dchan_reg_get(struct dchan_prov *p, void *addr, size_t len, unsigned access,
 void dchan_reg_put(struct dchan_reg *r);
 void *dchan_reg_mr(const struct dchan_reg *r);
 
-/* Parameters declared in lib/params.def, for provider-specific settings. */
-const char *dchan_param_string(const char *name); /* NULL when unset */
+/* Every parameter of lib/params.def, parsed and validated by dchan_init
+ * (a malformed value never reaches a provider). */
+const struct dchan_params *dchan_ctx_params(const dchan_ctx_t *ctx);
 
 #endif /* DCHAN_PROVIDER_H */

@@ -74,7 +74,8 @@ static void print_params(void)
         const struct dchan_param_desc *d = &dchan_param_table[i];
         const char *now = dchan_param_env(d->name);
         printf("  DCHAN_%s = %s%s%s  [%s; default \"%s\"]\n", d->name, now ? "\"" : "(unset)",
-               now ? now : "", now ? "\"" : "", dchan_param_choices(d->type), d->def);
+               now ? now : "", now ? "\"" : "",
+               d->choices ? d->choices : dchan_param_choices(d->type), d->def);
         /* Help text wrapped at about 76 columns, indented. */
         const char *h = d->help;
         while (*h) {

@@ -115,13 +115,37 @@ static void test_table(void **state)
         assert_non_null(d->help);
         assert_true(strlen(d->help) > 10);
         assert_non_null(d->def);
-        assert_int_equal(dchan_param_parse(d->type, d->def, &out), DCHAN_SUCCESS);
+        if (d->type == DCHAN_PT_WORD) {
+            /* A word parameter: its default is one of its words. */
+            assert_non_null(d->choices);
+            assert_int_equal(dchan_param_parse_word(d->choices, d->def, &out.s), DCHAN_SUCCESS);
+            assert_int_equal(dchan_param_parse(d->type, d->def, &out), DCHAN_ERR_INVALID_ARG);
+        } else {
+            assert_null(d->choices);
+            assert_int_equal(dchan_param_parse(d->type, d->def, &out), DCHAN_SUCCESS);
+        }
         assert_non_null(dchan_param_choices(d->type));
         for (const char *p = d->name; *p; p++)
             assert_true((*p >= 'A' && *p <= 'Z') || *p == '_' || (*p >= '0' && *p <= '9'));
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(d->name, dchan_param_table[j].name);
     }
+}
+
+/* Word parameters: each word of the list, in any case; nothing else. */
+static void test_parse_word(void **state)
+{
+    const char *out = NULL;
+    assert_int_equal(dchan_param_parse_word("auto|fence|completion", "fence", &out), DCHAN_SUCCESS);
+    assert_string_equal(out, "fence");
+    assert_int_equal(dchan_param_parse_word("auto|fence|completion", "AUTO", &out), DCHAN_SUCCESS);
+    assert_int_equal(dchan_param_parse_word("auto|fence|completion", "completion", &out),
+                     DCHAN_SUCCESS);
+    const char *bad[] = {"", "fenc", "fences", "auto|fence", "|", "uto", " auto"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(dchan_param_parse_word("auto|fence|completion", bad[i], &out),
+                         DCHAN_ERR_INVALID_ARG);
+    assert_int_equal(dchan_param_parse_word("auto|fence", NULL, &out), DCHAN_ERR_INVALID_ARG);
 }
 
 /* Every word of the choices list parses, and names its value back. */
@@ -205,7 +229,7 @@ static void test_load_malformed(void **state)
             snprintf(named, sizeof named, "%s='%s'", var, bad[b]);
             if (!strstr(err, named))
                 fail_msg("message '%s' does not name %s", err, named);
-            assert_non_null(strstr(err, dchan_param_choices(d->type)));
+            assert_non_null(strstr(err, d->choices ? d->choices : dchan_param_choices(d->type)));
 
             /* dchan_attr_init records it, dchan_init refuses. */
             dchan_attr_t a;
@@ -427,6 +451,7 @@ int main(void)
         cmocka_unit_test_setup(test_parse_uint, reset_env),
         cmocka_unit_test_setup(test_parse_string, reset_env),
         cmocka_unit_test_setup(test_table, reset_env),
+        cmocka_unit_test_setup(test_parse_word, reset_env),
         cmocka_unit_test_setup(test_choices_roundtrip, reset_env),
         cmocka_unit_test_setup(test_load_defaults, reset_env),
         cmocka_unit_test_setup_teardown(test_load_values, reset_env, reset_env),
