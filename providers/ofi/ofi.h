@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * ofi provider internals, shared by ofi_init.c (selection, endpoint,
+ * progress), ofi_mr.c (registrations and the wire's remote-access fields)
+ * and ofi_rma.c (channels and puts).
+ */
+#ifndef DCHAN_OFI_H
+#define DCHAN_OFI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "provider.h"
+
+#define OFI_NAME "ofi"
+/* The libfabric API this provider is written against: mr_mode bits (1.5). */
+#define OFI_API_VERSION FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)
+
+extern const struct dchan_provider_ops dchan_ofi_ops;
+
+/* How the last write of a put is ordered after the others (DESIGN §3). */
+enum ofi_order {
+    OFI_ORD_STREAM = 1, /* the provider guarantees it: issue back to back */
+    OFI_ORD_FENCE,      /* FI_FENCE | FI_DELIVERY_COMPLETE on the last write */
+    OFI_ORD_COMPLETION  /* FI_DELIVERY_COMPLETE on the others, last one after */
+};
+
+/* A registration, as handed to the core's registration cache. */
+struct ofi_mr {
+    struct fid_mr *mr; /* NULL once closed by ofi_close */
+    void *desc;        /* fi_mr_desc, for FI_MR_LOCAL */
+    uint64_t key;      /* remote key (not FI_MR_RAW) */
+    uint64_t raw_base; /* FI_MR_RAW: base address for the peer's fi_mr_map_raw */
+    struct ofi_mr *prev, *next; /* live registrations, closed at ofi_close */
+    bool busy;                  /* fi_close said FI_EBUSY: retried after the endpoint */
+    size_t raw_len;
+    uint8_t raw[]; /* FI_MR_RAW: the raw key */
+};
+
+/* One posted write; its address is the operation context. */
+struct ofi_op {
+    struct fi_context2 fctx; /* first: FI_CONTEXT/FI_CONTEXT2 providers write here */
+    dchan_handle_t *h;       /* sender handle; NULL once abandoned */
+    struct ofi_orphan *orphan;
+    struct ofi_op *next_free;
+    int peer; /* for log lines, even once abandoned */
+};
+
+/* A receive posted for providers with FI_RX_CQ_DATA. */
+struct ofi_rx {
+    struct fi_context2 fctx;
+};
+
+/* What an abandoned put still holds until its writes complete. */
+struct ofi_orphan {
+    struct dchan_reg *regs[2];
+    uint64_t keys[2]; /* fi_mr_map_raw keys to unmap */
+    unsigned nkeys;
+    unsigned outstanding;
+    struct ofi_orphan *next;
+};
+
+struct ofi_state {
+    struct fi_info *info; /* the chosen one, alone */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    fi_addr_t *peers;
+    int nranks;
+
+    /* memory registration */
+    uint64_t mr_mode;  /* what the provider asked for */
+    bool mr_local;     /* register send buffers (FI_MR_LOCAL or DCHAN_OFI_MR_LOCAL) */
+    size_t key_size;   /* mr_key_size */
+    uint64_t next_key; /* requested keys when the provider lets us choose */
+    struct ofi_mr *mrs;
+
+    /* transfers */
+    size_t cq_data;      /* bytes of remote CQ data used: 0, 4 or 8 */
+    size_t max_msg;      /* largest single write */
+    enum ofi_order ord_event, ord_tail;
+    bool dc_last;        /* FI_DELIVERY_COMPLETE on the last write of every put */
+    struct ofi_op *ops;  /* contexts of posted writes, at most the tx queue depth */
+    size_t nops;
+    struct ofi_op *free_ops;
+    struct ofi_rx *rx; /* FI_RX_CQ_DATA receives */
+    size_t nrx;
+    dchan_handle_t *pend_head, *pend_tail; /* puts with writes left to post */
+    dchan_handle_t *retry_head, *retry_tail; /* puts to post again, see ofi_rma.c */
+    struct ofi_orphan *orphans;
+
+    unsigned char *addr; /* what peers need: see ofi_init.c */
+    size_t addr_len;
+    bool same_host_only; /* shm: every rank must be on this host */
+};
+
+/* Sender per-handle state (DCHAN_PROV_PRIV). */
+struct ofi_sh {
+    struct dchan_reg *buf_reg, *seq_reg; /* local registrations, when needed */
+    void *buf_desc, *seq_desc;
+    fi_addr_t dest;
+    uint64_t raddr, rkey;         /* receive buffer: target address of byte 0, key */
+    uint64_t seq_raddr, seq_rkey; /* FLAG: the receiver's sequence word */
+    uint64_t cq_data;             /* EVENT: the receive handle's id (and generation) */
+    /* the put in flight */
+    size_t bulk; /* bytes [0, bulk) go as plain writes, then the last write */
+    size_t next; /* next byte of the bulk to post */
+    uint32_t outstanding;
+    int err;
+    uint8_t phase;      /* OFI_PH_* */
+    uint8_t raw_mapped; /* 1: rkey, 2: seq_rkey came from fi_mr_map_raw */
+    uint8_t backoff;    /* retries of this put so far */
+    bool pending;       /* on the pending list (pend_next) */
+    bool queued;        /* on the retry list (pend_next) */
+    bool unsent;        /* a write of this attempt found its connection gone */
+    uint64_t retry_at;       /* queued: post again from then on */
+    uint64_t retry_deadline; /* past it, the put fails instead */
+    dchan_handle_t *pend_next;
+};
+
+enum { OFI_PH_IDLE = 0, OFI_PH_BULK, OFI_PH_LAST };
+
+/* Receiver per-handle state. */
+struct ofi_rh {
+    struct dchan_reg *buf_reg, *seq_reg;
+};
+
+/* The wire's provider fields (ofi_mr.c). */
+#define OFI_WIRE_VERSION 1
+#define OFI_WIRE_RAW 0x1u
+#define OFI_WIRE_SEQ 0x2u
+#define OFI_WIRE_RAW_BYTES 28
+struct ofi_wire {
+    uint8_t flags;
+    uint64_t buf_addr, buf_key; /* key, or the raw base address with OFI_WIRE_RAW */
+    uint64_t seq_addr, seq_key;
+    uint8_t buf_raw_len, seq_raw_len;
+    uint8_t raw[OFI_WIRE_RAW_BYTES]; /* the buffer's raw key, then the sequence word's */
+};
+void dchan_ofi_wire_pack(const struct ofi_wire *w, unsigned char *out);
+/* DCHAN_ERR_HANDLE for fields no dchan receiver writes. */
+int dchan_ofi_wire_unpack(const unsigned char *in, bool raw, bool flag, bool virt,
+                          struct ofi_wire *w);
+
+/* ofi_init.c */
+int dchan_ofi_rc(struct dchan_prov *p, int fi_err, const char *what);
+bool dchan_ofi_unreachable(int fi_err);
+bool dchan_ofi_unsent(int fi_err);
+int dchan_ofi_post_rx(struct ofi_state *st, struct ofi_rx *rx);
+
+/* ofi_mr.c */
+int dchan_ofi_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr);
+void dchan_ofi_mr_dereg(struct dchan_prov *p, void *mr);
+void dchan_ofi_mr_close_all(struct ofi_state *st);
+
+/* ofi_rma.c */
+int dchan_ofi_recv_open(dchan_handle_t *h, unsigned char *wire_fields);
+void dchan_ofi_recv_close(dchan_handle_t *h);
+int dchan_ofi_send_open(dchan_handle_t *h, const unsigned char *wire_fields);
+int dchan_ofi_put(dchan_handle_t *h, const struct dchan_put_desc *d);
+void dchan_ofi_put_abandon(dchan_handle_t *h);
+void dchan_ofi_send_close(dchan_handle_t *h);
+int dchan_ofi_progress(struct dchan_prov *p);
+void dchan_ofi_orphans_release(struct ofi_state *st);
+
+#endif

@@ -1,0 +1,741 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * ofi channels: receive and send handles, puts and progress.
+ *
+ * A put is a list of writes: the bulk [0, bulk) in pieces of at most
+ * max_msg bytes, then one last write that the receiver detects:
+ *   EVENT     the last piece, with the receive handle's id as remote CQ data;
+ *   FLAG      the sender's 8-byte sequence word into the receiver's;
+ *   SENTINEL  the buffer's last 8 bytes.
+ * The last write is ordered after the bulk by the provider's guarantees, by
+ * FI_FENCE, or by posting it only once the bulk's FI_DELIVERY_COMPLETE
+ * completions were read (ofi_init.c chooses). Writes that find the queue
+ * full (-FI_EAGAIN) are posted later, so a put is never repeated half-way
+ * nor lost; the put is done locally when every write completed.
+ *
+ * A connection-oriented provider (tcp) drops the connection to a peer on a
+ * remote access error (a write to a closed region), failing every write in
+ * flight on it: those puts fail on their handles, since any of them may
+ * have been delivered. Puts that then find the connection gone were not
+ * sent: they are posted again, whole, once the provider reconnected.
+ */
+#include "config.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ofi.h"
+#include "wire.h"
+
+/* How long a put may keep finding its connection gone before it fails. */
+#define OFI_RETRY_NS 10000000000ull
+/* First wait before posting such a put again, doubled at each retry up to
+ * 64 times: time for the provider to drop the dead connection. */
+#define OFI_RETRY_GAP_NS 1000000ull
+/* How long a put may drive progress to post its last write. */
+#define OFI_POST_WAIT_NS 1000000000ull
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- operation contexts ------------------------------------------------------------- */
+
+static struct ofi_op *op_of(const struct ofi_state *st, void *ctx)
+{
+    uintptr_t a = (uintptr_t)ctx, base = (uintptr_t)st->ops;
+    if (a < base || a >= base + st->nops * sizeof *st->ops || (a - base) % sizeof *st->ops)
+        return NULL;
+    return ctx;
+}
+
+static struct ofi_rx *rx_of(const struct ofi_state *st, void *ctx)
+{
+    uintptr_t a = (uintptr_t)ctx, base = (uintptr_t)st->rx;
+    if (!st->rx || a < base || a >= base + st->nrx * sizeof *st->rx ||
+        (a - base) % sizeof *st->rx)
+        return NULL;
+    return ctx;
+}
+
+static void op_free(struct ofi_state *st, struct ofi_op *op)
+{
+    op->h = NULL;
+    op->orphan = NULL;
+    op->next_free = st->free_ops;
+    st->free_ops = op;
+}
+
+/* Post one write for h; -FI_EAGAIN when the provider or our context pool
+ * is full. */
+static int post(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s, const void *src,
+                size_t len, void *desc, uint64_t raddr, uint64_t key, uint64_t flags,
+                uint64_t data)
+{
+    struct ofi_op *op = st->free_ops;
+    struct iovec iov = {.iov_base = (void *)src, .iov_len = len};
+    struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = key};
+    struct fi_msg_rma msg;
+    ssize_t ret;
+
+    if (!op)
+        return -FI_EAGAIN;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = s->dest;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = op;
+    msg.data = data;
+    ret = fi_writemsg(st->ep, &msg, flags | FI_COMPLETION);
+    if (ret)
+        return (int)ret;
+    st->free_ops = op->next_free;
+    op->next_free = NULL;
+    op->h = h;
+    op->peer = dchan_h_peer(h);
+    s->outstanding++;
+    return 0;
+}
+
+/* ---- waiting lists: pending (room in the queue), retry (connection gone) ------------------ */
+
+static struct ofi_sh *sh(dchan_handle_t *h)
+{
+    return DCHAN_PROV_PRIV(h, struct ofi_sh);
+}
+
+static void list_add(dchan_handle_t **head, dchan_handle_t **tail, dchan_handle_t *h)
+{
+    sh(h)->pend_next = NULL;
+    if (*tail)
+        sh(*tail)->pend_next = h;
+    else
+        *head = h;
+    *tail = h;
+}
+
+static void list_remove(dchan_handle_t **head, dchan_handle_t **tail, dchan_handle_t *h)
+{
+    dchan_handle_t *prev = NULL;
+    for (dchan_handle_t *x = *head; x && x != h; x = sh(x)->pend_next)
+        prev = x;
+    if (prev)
+        sh(prev)->pend_next = sh(h)->pend_next;
+    else if (*head == h)
+        *head = sh(h)->pend_next;
+    if (*tail == h)
+        *tail = prev;
+    sh(h)->pend_next = NULL;
+}
+
+static void pend_add(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s)
+{
+    if (s->pending)
+        return;
+    s->pending = true;
+    list_add(&st->pend_head, &st->pend_tail, h);
+}
+
+static void pend_remove(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s)
+{
+    if (!s->pending)
+        return;
+    list_remove(&st->pend_head, &st->pend_tail, h);
+    s->pending = false;
+}
+
+/* The whole put goes again after a growing gap. */
+static void retry_add(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s, uint64_t t)
+{
+    pend_remove(st, h, s);
+    s->next = 0;
+    s->err = 0;
+    s->unsent = false;
+    s->phase = OFI_PH_BULK;
+    s->retry_at = t + (OFI_RETRY_GAP_NS << (s->backoff < 6 ? s->backoff : 6));
+    s->backoff++;
+    s->queued = true;
+    list_add(&st->retry_head, &st->retry_tail, h);
+}
+
+static void retry_remove(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s)
+{
+    if (!s->queued)
+        return;
+    list_remove(&st->retry_head, &st->retry_tail, h);
+    s->queued = false;
+}
+
+/* ---- the put state machine -------------------------------------------------------------- */
+
+/* Post what can be posted now. Returns 0, or -FI_EAGAIN when a write must
+ * wait for room; a hard failure is kept in s->err. */
+static int advance(struct dchan_prov *p, dchan_handle_t *h, struct ofi_sh *s)
+{
+    struct ofi_state *st = p->state;
+    const char *src = dchan_h_buf(h);
+    size_t size = dchan_h_size(h);
+    int detect = dchan_h_detect(h), ret;
+    enum ofi_order ord = detect == DCHAN_DETECT_EVENT ? st->ord_event : st->ord_tail;
+
+    while (!s->err && !s->unsent && s->next < s->bulk) {
+        size_t len = s->bulk - s->next < st->max_msg ? s->bulk - s->next : st->max_msg;
+        ret = post(st, h, s, src + s->next, len, s->buf_desc, s->raddr + s->next, s->rkey,
+                   ord == OFI_ORD_COMPLETION ? FI_DELIVERY_COMPLETE : 0, 0);
+        if (ret == -FI_EAGAIN)
+            return ret;
+        if (ret && dchan_ofi_unsent(ret)) {
+            s->unsent = true;
+            return 0;
+        }
+        if (ret) {
+            s->err = dchan_ofi_rc(p, ret, "fi_writemsg");
+            return 0;
+        }
+        s->next += len;
+    }
+    if (s->err || s->unsent || s->phase != OFI_PH_BULK)
+        return 0;
+    /* The last write: now, or once the bulk is delivered. */
+    if (s->bulk && ord == OFI_ORD_COMPLETION && s->outstanding)
+        return 0;
+    uint64_t fl = s->bulk && ord == OFI_ORD_FENCE ? FI_FENCE | FI_DELIVERY_COMPLETE : 0;
+    if (st->dc_last)
+        fl |= FI_DELIVERY_COMPLETE;
+    switch (detect) {
+    case DCHAN_DETECT_EVENT:
+        ret = post(st, h, s, src + s->bulk, size - s->bulk, s->buf_desc, s->raddr + s->bulk,
+                   s->rkey, fl | FI_REMOTE_CQ_DATA, s->cq_data);
+        break;
+    case DCHAN_DETECT_FLAG:
+        ret = post(st, h, s, dchan_h_seq_word(h), sizeof(uint64_t), s->seq_desc, s->seq_raddr,
+                   s->seq_rkey, fl, 0);
+        break;
+    default: /* SENTINEL */
+        ret = post(st, h, s, src + size - 8, 8, s->buf_desc, s->raddr + size - 8, s->rkey, fl,
+                   0);
+        break;
+    }
+    if (ret == -FI_EAGAIN)
+        return ret;
+    if (ret && dchan_ofi_unsent(ret))
+        s->unsent = true;
+    else if (ret)
+        s->err = dchan_ofi_rc(p, ret, "fi_writemsg (last write)");
+    else
+        s->phase = OFI_PH_LAST;
+    return 0;
+}
+
+/* After a completion of h's, or when its waiting writes were posted:
+ * finish the put, queue it for another try, or move it on. */
+static void settle(struct dchan_prov *p, dchan_handle_t *h, struct ofi_sh *s)
+{
+    struct ofi_state *st = p->state;
+
+    if (s->outstanding || s->phase == OFI_PH_IDLE || s->queued)
+        return;
+    if (s->unsent && !s->err) {
+        uint64_t t = now_ns();
+        if (!s->retry_deadline)
+            s->retry_deadline = t + OFI_RETRY_NS;
+        if (t < s->retry_deadline) {
+            retry_add(st, h, s, t);
+            return;
+        }
+        s->err = DCHAN_ERR_PEER;
+    }
+    if (!s->err && s->phase == OFI_PH_BULK && !s->pending) {
+        if (advance(p, h, s) == -FI_EAGAIN) {
+            pend_add(st, h, s);
+            return;
+        }
+        if (s->outstanding)
+            return;
+    }
+    if (s->err || s->phase == OFI_PH_LAST) {
+        int rc = s->err;
+        pend_remove(st, h, s);
+        s->err = 0;
+        s->backoff = 0;
+        s->retry_deadline = 0;
+        s->unsent = false;
+        s->phase = OFI_PH_IDLE;
+        dchan_core_put_done(h, rc);
+    }
+}
+
+/* Post again the puts whose time came. */
+static void retry_due(struct dchan_prov *p)
+{
+    struct ofi_state *st = p->state;
+    uint64_t t = 0;
+    for (dchan_handle_t *h = st->retry_head, *next; h; h = next) {
+        struct ofi_sh *s = sh(h);
+        next = s->pend_next;
+        if (!t)
+            t = now_ns();
+        if (t < s->retry_at)
+            continue;
+        retry_remove(st, h, s);
+        if (advance(p, h, s) == -FI_EAGAIN)
+            pend_add(st, h, s);
+        else
+            settle(p, h, s);
+    }
+}
+
+int dchan_ofi_put(dchan_handle_t *h, const struct dchan_put_desc *d)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct ofi_state *st = p->state;
+    struct ofi_sh *s = sh(h);
+    uint64_t deadline = 0;
+    int ret;
+
+    if (s->phase != OFI_PH_IDLE)
+        return DCHAN_ERR_STATE; /* the core waits for put_done first */
+    switch (d->detect) {
+    case DCHAN_DETECT_EVENT: {
+        /* Every piece but the last is bulk; the last carries the CQ data. */
+        size_t last = d->size % st->max_msg ? d->size % st->max_msg : st->max_msg;
+        s->bulk = d->size > st->max_msg ? d->size - last : 0;
+        break;
+    }
+    case DCHAN_DETECT_FLAG:
+        s->bulk = d->size;
+        break;
+    default:
+        s->bulk = d->size - 8;
+        break;
+    }
+    s->next = 0;
+    s->err = 0;
+    s->backoff = 0;
+    s->retry_deadline = 0;
+    s->unsent = false;
+    s->phase = OFI_PH_BULK;
+    ret = advance(p, h, s);
+    if (ret == -FI_EAGAIN && s->outstanding == 0 && s->next == 0 && s->phase == OFI_PH_BULK) {
+        /* Nothing posted: the core progresses and calls again. */
+        s->phase = OFI_PH_IDLE;
+        return DCHAN_ERR_AGAIN;
+    }
+    if (s->err && s->outstanding == 0) {
+        int rc = s->err; /* nothing in flight: the put fails here */
+        s->err = 0;
+        s->phase = OFI_PH_IDLE;
+        return rc;
+    }
+    if (s->unsent && s->outstanding == 0)
+        settle(p, h, s); /* the connection is gone: posted again later */
+    /*
+     * The last write may have to wait for the bulk's completion or for room
+     * in the queue. Posting it from a later progress call would make the
+     * receiver depend on this process calling dchan again, which a program
+     * that puts and then blocks elsewhere (a barrier) never does: so post
+     * it now, driving progress (which also serves this process's incoming
+     * transfers). Past a bound, the rest is posted by later progress.
+     */
+    for (unsigned spins = 0;
+         s->phase == OFI_PH_BULK && !s->err && !s->unsent && !s->queued; spins++) {
+        if (spins == 64)
+            deadline = now_ns() + OFI_POST_WAIT_NS;
+        if (spins > 64) {
+            if (now_ns() > deadline) {
+                if (ret == -FI_EAGAIN)
+                    pend_add(st, h, s);
+                break;
+            }
+            sched_yield(); /* with more ranks than cores the peer needs it */
+        }
+        dchan_ofi_progress(p);
+        if (s->phase == OFI_PH_BULK && !s->pending && !s->err && !s->unsent && !s->queued)
+            ret = advance(p, h, s);
+    }
+    return DCHAN_SUCCESS;
+}
+
+/* ---- receiver ---------------------------------------------------------------------------- */
+
+static int fill_key(struct dchan_prov *p, const struct ofi_mr *m, struct ofi_wire *w,
+                    uint64_t *key, uint8_t *raw_len)
+{
+    struct ofi_state *st = p->state;
+    size_t used = (size_t)w->buf_raw_len + w->seq_raw_len;
+    if (!(st->mr_mode & FI_MR_RAW)) {
+        *key = m->key;
+        return DCHAN_SUCCESS;
+    }
+    if (m->raw_len == 0 || m->raw_len > OFI_WIRE_RAW_BYTES - used) {
+        dchan_err(p->ctx, OFI_NAME,
+                  "a raw memory key of %zu bytes does not fit the wire's %d bytes of raw keys",
+                  m->raw_len, OFI_WIRE_RAW_BYTES);
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    memcpy(w->raw + used, m->raw, m->raw_len);
+    *raw_len = (uint8_t)m->raw_len;
+    *key = m->raw_base;
+    return DCHAN_SUCCESS;
+}
+
+int dchan_ofi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct ofi_state *st = p->state;
+    struct ofi_rh *r = DCHAN_PROV_PRIV(h, struct ofi_rh);
+    bool virt = (st->mr_mode & FI_MR_VIRT_ADDR) != 0;
+    bool flag = dchan_h_detect(h) == DCHAN_DETECT_FLAG;
+    void *buf = dchan_h_buf(h), *base = NULL;
+    size_t len = 0;
+    struct ofi_wire w;
+    int rc;
+
+    memset(&w, 0, sizeof w);
+    rc = dchan_reg_get(p, buf, dchan_h_size(h), DCHAN_ACCESS_REMOTE_WRITE, &r->buf_reg);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (flag) {
+        /* The whole chunk, once for every handle whose word lives in it. */
+        dchan_h_seq_chunk(h, &base, &len);
+        rc = dchan_reg_get(p, base, len, DCHAN_ACCESS_REMOTE_WRITE, &r->seq_reg);
+        if (rc != DCHAN_SUCCESS)
+            goto put_buf;
+    }
+    w.flags = (uint8_t)(((st->mr_mode & FI_MR_RAW) ? OFI_WIRE_RAW : 0) | (flag ? OFI_WIRE_SEQ : 0));
+    w.buf_addr = virt ? (uint64_t)(uintptr_t)buf : 0;
+    rc = fill_key(p, dchan_reg_mr(r->buf_reg), &w, &w.buf_key, &w.buf_raw_len);
+    if (rc != DCHAN_SUCCESS)
+        goto put_seq;
+    if (flag) {
+        uint64_t *word = dchan_h_seq_word(h);
+        w.seq_addr = virt ? (uint64_t)(uintptr_t)word : (uint64_t)((char *)word - (char *)base);
+        rc = fill_key(p, dchan_reg_mr(r->seq_reg), &w, &w.seq_key, &w.seq_raw_len);
+        if (rc != DCHAN_SUCCESS)
+            goto put_seq;
+    }
+    dchan_ofi_wire_pack(&w, wire_fields);
+    return DCHAN_SUCCESS;
+
+put_seq:
+    dchan_reg_put(r->seq_reg);
+    r->seq_reg = NULL;
+put_buf:
+    dchan_reg_put(r->buf_reg);
+    r->buf_reg = NULL;
+    return rc;
+}
+
+void dchan_ofi_recv_close(dchan_handle_t *h)
+{
+    struct ofi_rh *r = DCHAN_PROV_PRIV(h, struct ofi_rh);
+    /* Writes still aimed at the buffer now fail at their sender. */
+    dchan_reg_put(r->seq_reg);
+    dchan_reg_put(r->buf_reg);
+    r->seq_reg = r->buf_reg = NULL;
+}
+
+/* Remote CQ data: the receive handle's id, and its whole generation when
+ * 8 bytes are carried. */
+static void arrival(struct dchan_prov *p, uint64_t data)
+{
+    uint32_t id = (uint32_t)data, gen = (uint32_t)(data >> 32);
+    dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
+    if (!h || dchan_h_prov(h) != p || dchan_h_detect(h) != DCHAN_DETECT_EVENT ||
+        (gen && gen != dchan_h_gen(h))) {
+        /* A late write for a destroyed handle. */
+        dchan_debug(p->ctx, OFI_NAME, "remote CQ data %#llx matches no handle",
+                    (unsigned long long)data);
+        return;
+    }
+    dchan_core_arrival(h);
+}
+
+/* ---- sender ------------------------------------------------------------------------------ */
+
+int dchan_ofi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct ofi_state *st = p->state;
+    struct ofi_sh *s = sh(h);
+    int detect = dchan_h_detect(h), rc, ret;
+    bool raw = (st->mr_mode & FI_MR_RAW) != 0, flag = detect == DCHAN_DETECT_FLAG;
+    struct ofi_wire w;
+
+    rc = dchan_ofi_wire_unpack(wire_fields, raw, flag, (st->mr_mode & FI_MR_VIRT_ADDR) != 0, &w);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    s->dest = st->peers[dchan_h_peer(h)];
+    s->raddr = w.buf_addr;
+    s->seq_raddr = w.seq_addr;
+    if (raw) {
+        ret = fi_mr_map_raw(st->domain, w.buf_key, w.raw, w.buf_raw_len, &s->rkey, 0);
+        if (ret)
+            return dchan_ofi_rc(p, ret, "fi_mr_map_raw");
+        s->raw_mapped = 1;
+        if (flag) {
+            ret = fi_mr_map_raw(st->domain, w.seq_key, w.raw + w.buf_raw_len, w.seq_raw_len,
+                                &s->seq_rkey, 0);
+            if (ret) {
+                rc = dchan_ofi_rc(p, ret, "fi_mr_map_raw");
+                goto unmap;
+            }
+            s->raw_mapped |= 2;
+        }
+    } else {
+        s->rkey = w.buf_key;
+        s->seq_rkey = w.seq_key;
+    }
+    if (st->mr_local) {
+        /* The registration cache makes one registration of a send buffer
+         * shared by many channels (multicast). */
+        rc = dchan_reg_get(p, dchan_h_buf(h), dchan_h_size(h), DCHAN_ACCESS_SEND, &s->buf_reg);
+        if (rc != DCHAN_SUCCESS)
+            goto unmap;
+        s->buf_desc = ((struct ofi_mr *)dchan_reg_mr(s->buf_reg))->desc;
+        if (flag) {
+            void *base;
+            size_t len;
+            dchan_h_seq_chunk(h, &base, &len);
+            rc = dchan_reg_get(p, base, len, DCHAN_ACCESS_SEND, &s->seq_reg);
+            if (rc != DCHAN_SUCCESS)
+                goto put_buf;
+            s->seq_desc = ((struct ofi_mr *)dchan_reg_mr(s->seq_reg))->desc;
+        }
+    }
+    if (detect == DCHAN_DETECT_EVENT)
+        s->cq_data = st->cq_data >= 8
+                         ? (uint64_t)dchan_h_gen(h) << 32 | dchan_h_remote_id(h)
+                         : dchan_h_remote_id(h);
+    return DCHAN_SUCCESS;
+
+put_buf:
+    dchan_reg_put(s->buf_reg);
+    s->buf_reg = NULL;
+unmap:
+    if (s->raw_mapped & 1)
+        fi_mr_unmap_key(st->domain, s->rkey);
+    if (s->raw_mapped & 2)
+        fi_mr_unmap_key(st->domain, s->seq_rkey);
+    s->raw_mapped = 0;
+    return rc;
+}
+
+/* The put did not complete in time: its writes finish in the background,
+ * holding the registrations they use until their completions arrive. */
+void dchan_ofi_put_abandon(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct ofi_state *st = p->state;
+    struct ofi_sh *s = sh(h);
+    struct ofi_orphan *o = NULL;
+
+    pend_remove(st, h, s);
+    retry_remove(st, h, s);
+    if (s->outstanding) {
+        o = calloc(1, sizeof *o);
+        if (o) {
+            o->regs[0] = s->buf_reg;
+            o->regs[1] = s->seq_reg;
+            if (s->raw_mapped & 1)
+                o->keys[o->nkeys++] = s->rkey;
+            if (s->raw_mapped & 2)
+                o->keys[o->nkeys++] = s->seq_rkey;
+            o->outstanding = s->outstanding;
+            o->next = st->orphans;
+            st->orphans = o;
+            s->buf_reg = s->seq_reg = NULL;
+            s->raw_mapped = 0;
+        } else {
+            dchan_warn(p->ctx, OFI_NAME, "abandoned writes keep no registration (no memory)");
+        }
+        for (size_t k = 0; k < st->nops; k++) {
+            if (st->ops[k].h == h) {
+                st->ops[k].h = NULL;
+                st->ops[k].orphan = o;
+            }
+        }
+    }
+    s->outstanding = 0;
+    s->err = 0;
+    s->unsent = false;
+    s->phase = OFI_PH_IDLE;
+}
+
+void dchan_ofi_send_close(dchan_handle_t *h)
+{
+    struct ofi_state *st = dchan_h_prov(h)->state;
+    struct ofi_sh *s = sh(h);
+
+    pend_remove(st, h, s);
+    retry_remove(st, h, s);
+    dchan_reg_put(s->seq_reg);
+    dchan_reg_put(s->buf_reg);
+    s->seq_reg = s->buf_reg = NULL;
+    if (s->raw_mapped & 1)
+        fi_mr_unmap_key(st->domain, s->rkey);
+    if (s->raw_mapped & 2)
+        fi_mr_unmap_key(st->domain, s->seq_rkey);
+    s->raw_mapped = 0;
+}
+
+static void orphan_release(struct ofi_state *st, struct ofi_orphan *o)
+{
+    for (struct ofi_orphan **pp = &st->orphans; *pp; pp = &(*pp)->next) {
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    }
+    dchan_reg_put(o->regs[0]);
+    dchan_reg_put(o->regs[1]);
+    for (unsigned k = 0; k < o->nkeys; k++)
+        fi_mr_unmap_key(st->domain, o->keys[k]);
+    free(o);
+}
+
+void dchan_ofi_orphans_release(struct ofi_state *st)
+{
+    while (st->orphans)
+        orphan_release(st, st->orphans);
+}
+
+/* ---- progress ------------------------------------------------------------------------------ */
+
+/* A write of ours completed: fi_err 0, or the libfabric error it died of
+ * (rc its conversion). */
+static void write_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int rc)
+{
+    struct ofi_state *st = p->state;
+    dchan_handle_t *h = op->h;
+    struct ofi_orphan *o = op->orphan;
+
+    op_free(st, op);
+    if (o) {
+        if (--o->outstanding == 0)
+            orphan_release(st, o);
+        return;
+    }
+    if (!h)
+        return;
+    struct ofi_sh *s = sh(h);
+    int peer = dchan_h_peer(h);
+    s->outstanding--;
+    if (fi_err && dchan_ofi_unsent(fi_err))
+        s->unsent = true; /* posted again once reconnected (settle) */
+    else if (fi_err && !s->err)
+        s->err = rc;
+    settle(p, h, s);
+    /* A peer that cannot be reached fails every channel bound to it. */
+    if (fi_err && dchan_ofi_unreachable(fi_err))
+        dchan_core_peer_error(p, peer, DCHAN_ERR_PEER);
+}
+
+static void rx_done(struct dchan_prov *p, struct ofi_rx *rx, bool canceled)
+{
+    struct ofi_state *st = p->state;
+    if (canceled)
+        return; /* the endpoint is closing */
+    int ret = dchan_ofi_post_rx(st, rx);
+    if (ret)
+        dchan_ofi_rc(p, ret, "fi_recv (repost for FI_RX_CQ_DATA)");
+}
+
+static void read_error(struct dchan_prov *p)
+{
+    struct ofi_state *st = p->state;
+    struct fi_cq_err_entry e;
+    char detail[128], what[224];
+    ssize_t ret;
+
+    memset(&e, 0, sizeof e);
+    ret = fi_cq_readerr(st->cq, &e, 0);
+    if (ret < 0) {
+        if (ret != -FI_EAGAIN)
+            dchan_ofi_rc(p, (int)ret, "fi_cq_readerr");
+        return;
+    }
+    int err = e.err ? e.err : FI_EOTHER;
+    const char *d = fi_cq_strerror(st->cq, e.prov_errno, e.err_data, detail, sizeof detail);
+    struct ofi_op *op = op_of(st, e.op_context);
+    if (op) {
+        if (dchan_ofi_unsent(err)) {
+            /* Not an error yet: the put goes again once reconnected. */
+            dchan_debug(p->ctx, OFI_NAME, "write to rank %d found its connection gone: %s",
+                        op->peer, d ? d : "no detail");
+            write_done(p, op, err, DCHAN_ERR_PEER);
+            return;
+        }
+        snprintf(what, sizeof what, "write to rank %d: %s", op->peer, d ? d : "no detail");
+        int rc = dchan_ofi_rc(p, -err, what);
+        write_done(p, op, err, rc);
+        return;
+    }
+    struct ofi_rx *rx = rx_of(st, e.op_context);
+    if (rx) {
+        if (err != FI_ECANCELED)
+            dchan_ofi_rc(p, -err, "receive for remote CQ data");
+        rx_done(p, rx, err == FI_ECANCELED);
+        return;
+    }
+    /* An incoming write that failed here (a stale key, say): the sender
+     * gets the error on its handle; nothing of ours is concerned. */
+    snprintf(what, sizeof what, "incoming transfer: %s", d ? d : "no detail");
+    dchan_ofi_rc(p, -err, what);
+}
+
+int dchan_ofi_progress(struct dchan_prov *p)
+{
+    struct ofi_state *st = p->state;
+    struct fi_cq_data_entry ent[16];
+    int events = 0;
+
+    for (int round = 0; round < 8; round++) {
+        ssize_t n = fi_cq_read(st->cq, ent, sizeof ent / sizeof ent[0]);
+        if (n == -FI_EAGAIN)
+            break;
+        if (n == -FI_EAVAIL) {
+            read_error(p);
+            events++;
+            continue;
+        }
+        if (n < 0)
+            return dchan_ofi_rc(p, (int)n, "fi_cq_read");
+        for (ssize_t k = 0; k < n; k++) {
+            struct ofi_op *op = op_of(st, ent[k].op_context);
+            if (op) {
+                write_done(p, op, 0, DCHAN_SUCCESS);
+                continue;
+            }
+            struct ofi_rx *rx = rx_of(st, ent[k].op_context);
+            if (rx)
+                rx_done(p, rx, false);
+            if (ent[k].flags & FI_REMOTE_CQ_DATA)
+                arrival(p, st->cq_data >= 8 ? ent[k].data : (uint32_t)ent[k].data);
+        }
+        events += (int)n;
+        if ((size_t)n < sizeof ent / sizeof ent[0])
+            break;
+    }
+    /* Completions made room: post what waited, oldest first. */
+    while (st->pend_head) {
+        dchan_handle_t *h = st->pend_head;
+        struct ofi_sh *s = sh(h);
+        if (advance(p, h, s) == -FI_EAGAIN)
+            break;
+        pend_remove(st, h, s);
+        settle(p, h, s);
+    }
+    if (st->retry_head)
+        retry_due(p);
+    return events;
+}
