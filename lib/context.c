@@ -62,9 +62,10 @@ static void prov_free(struct dchan_prov *p)
 {
     if (!p)
         return;
+    /* Registrations first: they belong to the provider's domain. */
+    dchan_regcache_destroy(p);
     if (p->opened)
         p->ops->close(p);
-    dchan_regcache_destroy(p);
     free(p);
 }
 

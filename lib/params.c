@@ -200,6 +200,13 @@ int dchan_params_load(struct dchan_params *pv, char *err, size_t errlen)
     return DCHAN_SUCCESS;
 }
 
+const struct dchan_params *dchan_probe_params(void)
+{
+    static struct dchan_params pv; /* probes run from dchan_info, one thread */
+    char err[256];
+    return dchan_params_load(&pv, err, sizeof err) == DCHAN_SUCCESS ? &pv : NULL;
+}
+
 DCHAN_API void dchan_attr_init(dchan_attr_t *attr)
 {
     struct dchan_params p;

@@ -51,6 +51,9 @@ int dchan_param_parse_word(const char *choices, const char *s, const char **out)
 /* Defaults, then the environment. On a malformed variable, returns
  * DCHAN_ERR_INVALID_ARG and a message naming it and its allowed values. */
 int dchan_params_load(struct dchan_params *p, char *err, size_t errlen);
+/* The parameters of the environment, for a provider's probe (which has no
+ * context); NULL when a DCHAN_* variable is malformed. */
+const struct dchan_params *dchan_probe_params(void);
 /* Check a provider list against the providers known to this build. */
 int dchan_params_check_providers(const char *list, char *err, size_t errlen);
 /* Value of a name like "DETECT" as text, for dchan_info. */

@@ -24,17 +24,6 @@
 
 /* ---- parameters ------------------------------------------------------------------ */
 
-/* Parameters: a context's (validated by dchan_init), or for dchan_info,
- * which has no context, the environment's, falling back to the defaults. */
-static const struct dchan_params *probe_params(void)
-{
-    static struct dchan_params pv;
-    char err[256];
-    if (dchan_params_load(&pv, err, sizeof err) != DCHAN_SUCCESS)
-        return NULL;
-    return &pv;
-}
-
 /* DCHAN_PROVIDER names ofi (for dchan_info; a context knows from p->forced). */
 static bool ofi_named(void)
 {
@@ -347,7 +336,7 @@ static int probe(struct dchan_probe *out)
     bool explicit_choice;
     char skipped[96] = "", why[128] = "";
     uint32_t v = fi_version();
-    const struct dchan_params *pv = probe_params();
+    const struct dchan_params *pv = dchan_probe_params();
     if (!pv) {
         snprintf(out->desc, sizeof out->desc, "a DCHAN_* variable is malformed (see dchan_info -e)");
         return DCHAN_ERR_INVALID_ARG;
