@@ -334,7 +334,6 @@ struct vsim_inflight {
 	uint32_t rkey;
 	uint64_t raddr;
 	uint64_t length;
-	uint32_t peer_epoch;
 	int has_rwqe;
 	struct vsim_rwqe rwqe;
 	unsigned char *data;           /* snapshot taken at transmission */

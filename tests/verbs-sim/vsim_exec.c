@@ -684,7 +684,6 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 		f->rkey = w->rkey;
 		f->raddr = w->raddr;
 		f->length = w->length;
-		f->peer_epoch = ps->epoch;
 		f->has_rwqe = have_rwqe;
 		if (have_rwqe)
 			f->rwqe = rwqe;
@@ -700,7 +699,10 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 	return X_DONE;
 }
 
-/* A delayed placement lands (in FIFO order, after the ones before it). */
+/* A delayed placement lands (in FIFO order, after the ones before it). The
+ * responder accepted and acknowledged it already, so, as on hardware, it
+ * lands and completes successfully even if the responder QP went to the
+ * error state or was reset since: only a responder that is gone drops it. */
 static void land(struct vsim_qp *qp, struct vsim_inflight *f)
 {
 	struct vsim_qp_shm *ps = qp->peer.addr;
@@ -712,8 +714,7 @@ static void land(struct vsim_qp *qp, struct vsim_inflight *f)
 	if (!ps)
 		return;
 	vsim_lock(&ps->h.lock);
-	if (atomic_load(&ps->h.destroyed) || ps->epoch != f->peer_epoch ||
-	    !vsim_owner_alive(&ps->h.owner))
+	if (atomic_load(&ps->h.destroyed) || !vsim_owner_alive(&ps->h.owner))
 		goto out;
 	if (f->opcode == IBV_WR_RDMA_WRITE || f->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
 		struct vsim_mr_ref ref;
@@ -762,14 +763,9 @@ static void land(struct vsim_qp *qp, struct vsim_inflight *f)
 	if (!ok)
 		vsim_dbg("QP %u: a delayed placement into QP %u was dropped", qp->ibqp.qp_num,
 			 ps->h.id);
-	if (f->has_rwqe && (rcq = peer_rcq(qp, ps))) {
-		/* A responder that went to ERR meanwhile sees a flush. */
-		int err = atomic_load(&ps->state) == IBV_QPS_ERR;
-
-		push_recv_cqe(rcq, ps, f->opcode, &f->rwqe,
-			      err ? IBV_WC_WR_FLUSH_ERR : IBV_WC_SUCCESS, f->length, f->imm,
+	if (f->has_rwqe && (rcq = peer_rcq(qp, ps)))
+		push_recv_cqe(rcq, ps, f->opcode, &f->rwqe, IBV_WC_SUCCESS, f->length, f->imm,
 			      f->solicited, f->src_qpn, f->slid);
-	}
 out:
 	vsim_unlock(&ps->h.lock);
 }

@@ -19,6 +19,17 @@ void vsim_not_emulated(const char *name);
 		vsim_not_emulated(#sym);                                      \
 	}
 
+/* Accepted and ignored: a driver's registration from its constructor. */
+#define VSIM_NOOP_STUB(sym)                                                   \
+	void sym(void);                                                       \
+	__attribute__((weak, visibility("default"))) void sym(void)           \
+	{                                                                     \
+	}
+
+/* A data object of the library's ABI, zero-initialised. */
+#define VSIM_DATA(sym, size)                                                  \
+	__attribute__((weak, visibility("default"))) unsigned char sym[(size) ? (size) : 1];
+
 /* A compat twin (name@NODE, not the default): old-ABI callers only. */
 #define VSIM_COMPAT_STUB(sym, ver, n)                                         \
 	void vsim_compat_##n(void);                                           \
