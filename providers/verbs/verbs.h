@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The verbs provider (rdma-core libibverbs): internals shared by its files.
+ *
+ *   verbs_init.c  device, port and GID choice, open/connect/close, limits,
+ *                 parameters, the error mapping, the ops table
+ *   verbs_conn.c  queue pair state changes and the recovery protocol
+ *   verbs_rma.c   registrations, handles, puts, completions, progress
+ *
+ * Every peer (this rank included) gets two RC queue pairs, created in open()
+ * and connected in connect() from the address allgather: a data QP that
+ * carries the puts, and a control QP that carries only 0-byte writes (the
+ * recovery messages and liveness probes). The control QP uses no memory key,
+ * so no put can break it; when a data QP fails, the two sides agree over it
+ * on a new epoch, from which both derive the new PSNs. Both kinds share one
+ * send CQ, one shared receive queue and one receive CQ.
+ */
+#ifndef DCHAN_VERBS_H
+#define DCHAN_VERBS_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "provider.h"
+
+#define VRB_NAME "verbs"
+
+/* Receives posted to the SRQ in one call. */
+#define VRB_SRQ_BATCH 16
+/* Send CQ entries polled in one call. */
+#define VRB_POLL 32
+/* Control QP send queue depth: a recovery message and a probe at most are
+ * outstanding per epoch; the rest is slack. */
+#define VRB_CTL_DEPTH 8
+/* A side whose data QP failed without its own error waits this long for
+ * the peer's RESYNC before it starts the recovery itself. */
+#define VRB_PASSIVE_NS 1000000000ull
+
+/* wr_id of a send WR: bit 63 tells control WRs, bits 40..62 the connection,
+ * bits 0..39 the data WR sequence number (or the control WR kind). */
+#define VRB_WRID_CTL (1ull << 63)
+#define VRB_WRID_SEQ_BITS 40
+#define VRB_WRID_SEQ_MASK ((1ull << VRB_WRID_SEQ_BITS) - 1)
+enum { VRB_CTL_WR_MSG = 1, VRB_CTL_WR_PROBE = 2 };
+
+/* Control messages: the type in the top byte of the immediate, the low 24
+ * bits of an epoch below it. */
+enum { VRB_MSG_RESYNC = 1, VRB_MSG_READY = 2 };
+
+/* A connection's state (see verbs_conn.c for the protocol). */
+enum vrb_cstate {
+    VRB_UP,    /* data QP in RTS at 'epoch' and the peer's too */
+    VRB_DRAIN, /* data QP in ERR: waiting for its WRs to complete */
+    VRB_WAIT,  /* rebuilt at 'epoch', RESYNC sent, waiting for the peer */
+    VRB_DEAD   /* the peer is unreachable: DCHAN_ERR_PEER for good */
+};
+
+/* What one posted data WR belongs to. */
+struct vrb_wrrec {
+    dchan_handle_t *h; /* NULL: no put (detached, or a marker) */
+    uint32_t last;     /* the put's last WR: its completion completes the put */
+    uint32_t pad;
+};
+
+struct vrb_state;
+
+struct vrb_conn {
+    struct vrb_state *s;
+    int peer;
+    uint32_t idx;
+    struct ibv_qp *qp;  /* data */
+    struct ibv_qp *ctl; /* control */
+    uint32_t rqpn, rctl; /* the peer's data and control QPs for this rank */
+    struct ibv_ah_attr ah;
+    enum ibv_mtu mtu;
+    bool in_order; /* RDMA WRITEs into this QP land in address order */
+
+    uint8_t state;   /* enum vrb_cstate */
+    bool initiator;  /* this side starts the recovery (it saw a real error) */
+    bool peer_ready; /* the peer rebuilt at 'target' already (its RESYNC came) */
+    uint32_t epoch;  /* of the data QP's current incarnation */
+    uint32_t target; /* DRAIN: the epoch to rebuild at */
+    uint64_t drain_ns;
+
+    /* Data send queue: WRs [retired, posted) are outstanding. */
+    uint64_t posted, retired;
+    uint32_t since_sig;
+    struct vrb_wrrec *ring;
+    /* Puts flushed by a failure that was not theirs, re-issued in order
+     * once the connection is up again. */
+    dchan_handle_t *redo_head, *redo_tail;
+
+    /* Control QP. */
+    uint32_t ctl_out;   /* WRs not completed */
+    uint32_t ctl_msg;   /* message waiting for room (immediate, host order), 0: none */
+    bool probing;       /* a probe is outstanding */
+    bool seen;          /* a sign of life since the last probe round */
+    uint64_t alive_ns;  /* when the peer was last known alive */
+    uint32_t nrecv;     /* receive handles from this peer (probed when silent) */
+
+    struct vrb_conn *att_next; /* on the attention list */
+    bool on_att;
+};
+
+struct vrb_state {
+    struct dchan_prov *p;
+    const struct dchan_params *pv; /* validated by dchan_init (or the probe's) */
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *scq, *rcq;
+    struct ibv_srq *srq;
+    struct ibv_device_attr dev;
+    struct ibv_port_attr port;
+    uint8_t port_num;
+    int gid_index;
+    union ibv_gid gid;
+    bool roce;
+    char devname[64];
+    int rank, nranks;
+    struct vrb_conn *conns;
+
+    /* Limits, from the device and the parameters. */
+    uint32_t sq_depth;  /* granted by ibv_create_qp */
+    uint32_t sq_usable; /* WRs a put may find outstanding: one slot kept for a marker */
+    uint32_t sig_every; /* a signalled WR at least this often */
+    uint32_t srq_depth;
+    uint32_t max_inline;
+    uint64_t max_msg;
+    uint64_t event_split;
+    uint8_t timeout, retry_cnt, min_rnr, sl, tclass;
+    bool trust_in_order;
+    uint64_t keepalive_ns;
+    int fatal; /* a device-wide failure: progress returns it */
+
+    uint32_t srq_owed; /* receives consumed and not posted again */
+
+    /* Local QPN -> connection index * 2 + (1 for the control QP). */
+    uint32_t *qpn_key, *qpn_val;
+    uint32_t qpn_mask;
+
+    /* Scratch for building one put, sized for the largest. */
+    struct ibv_send_wr *wr;
+    struct ibv_sge *sge;
+    uint32_t wr_cap;
+
+    struct vrb_conn *att_head; /* connections that need progress to act */
+    uint32_t tick, ka_cursor;
+    unsigned char *addr;
+};
+
+/* Per-handle state kept in the core's handle (DCHAN_PROV_PRIV). */
+enum { VRB_PUT_IDLE, VRB_PUT_POSTED, VRB_PUT_REDO };
+
+struct vrb_sh {
+    struct vrb_conn *c;
+    struct dchan_reg *reg, *seq_reg;
+    uint64_t raddr, seq_raddr;
+    uint32_t rkey, seq_rkey, lkey, seq_lkey;
+    uint32_t imm; /* the receiver's handle id, network order */
+    bool in_order; /* SENTINEL: one write suffices (the receiver said so) */
+    uint8_t state;
+    int rc; /* this put's own failure, reported at its last WR */
+    /* The put in flight, to re-issue it after a recovery. */
+    const void *src;
+    size_t size;
+    const uint64_t *seq_src;
+    int detect;
+    dchan_handle_t *redo_next;
+};
+
+struct vrb_rh {
+    struct vrb_conn *c;
+    struct dchan_reg *reg, *seq_reg;
+};
+
+/* verbs_init.c */
+enum { VRB_ERRNO, VRB_WC };
+/* The one mapping of native failures (an errno value, or an ibv_wc_status)
+ * to DCHAN_ERR_*; logs the native detail with 'what'. */
+int dchan_verbs_rc(struct vrb_state *s, int kind, int value, const char *what);
+uint64_t dchan_verbs_now(void);
+bool dchan_verbs_qpn_lookup(const struct vrb_state *s, uint32_t qpn, struct vrb_conn **c,
+                            bool *ctl);
+
+/* verbs_conn.c */
+int dchan_verbs_qp_connect(struct vrb_state *s, struct vrb_conn *c, struct ibv_qp *qp,
+                           uint32_t rqpn, uint32_t epoch);
+int dchan_verbs_conn_start(struct vrb_state *s, struct vrb_conn *c);
+void dchan_verbs_att(struct vrb_state *s, struct vrb_conn *c);
+void dchan_verbs_data_failed(struct vrb_state *s, struct vrb_conn *c, bool own_error);
+void dchan_verbs_ctl_recv(struct vrb_state *s, struct vrb_conn *c, uint32_t imm);
+void dchan_verbs_ctl_flush(struct vrb_state *s, struct vrb_conn *c);
+void dchan_verbs_conn_dead(struct vrb_state *s, struct vrb_conn *c, int rc);
+void dchan_verbs_advance(struct vrb_state *s);
+void dchan_verbs_async(struct vrb_state *s);
+void dchan_verbs_keepalive(struct vrb_state *s);
+
+/* verbs_rma.c */
+int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h);
+void dchan_verbs_put_resolve(struct vrb_state *s, dchan_handle_t *h, int rc);
+int dchan_verbs_poll_recv(struct vrb_state *s);
+int dchan_verbs_poll_send(struct vrb_state *s);
+void dchan_verbs_srq_fill(struct vrb_state *s, bool top_up);
+int dchan_verbs_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr);
+void dchan_verbs_mr_dereg(struct dchan_prov *p, void *mr);
+int dchan_verbs_recv_open(dchan_handle_t *h, unsigned char *wire_fields);
+void dchan_verbs_recv_close(dchan_handle_t *h);
+int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wire_fields);
+int dchan_verbs_put(dchan_handle_t *h, const struct dchan_put_desc *d);
+void dchan_verbs_put_abandon(dchan_handle_t *h);
+void dchan_verbs_send_close(dchan_handle_t *h);
+int dchan_verbs_progress(struct dchan_prov *p);
+
+#endif /* DCHAN_VERBS_H */

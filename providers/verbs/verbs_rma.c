@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * verbs provider: registrations, handles, puts and completions.
+ *
+ * A put is a short list of work requests on the data QP to the receiver:
+ *   EVENT     up to DCHAN_VERBS_EVENT_SPLIT bytes: one RDMA WRITE WITH
+ *             IMMEDIATE (the receive handle's id in imm_data); larger: RDMA
+ *             WRITEs, then a 0-byte WRITE WITH IMMEDIATE, which the bulk may
+ *             reach by adaptive routing. The responder completes a WRITE
+ *             WITH IMMEDIATE only once it and every earlier message of the
+ *             QP are placed, so the receive completion means arrival.
+ *   FLAG      RDMA WRITEs of the body, then the 8-byte sequence word into
+ *             the receiver's word: write-after-write order on one RC QP
+ *             without relaxed ordering lands it last.
+ *   SENTINEL  RDMA WRITEs of the body, then the 8-byte tail as a write of
+ *             its own, landing last for the same reason; or, where the
+ *             receiver's QP reports whole-message data order for writes into
+ *             it (a flag in the wire), the buffer as it is.
+ * Writes longer than the port's max_msg_sz (or DCHAN_VERBS_MAX_MSG) are
+ * split. Every WR carries its put in wr_id (via the connection's ring of
+ * records); the last WR of each put is signalled, as is every sig_every-th,
+ * so that the send queue always retires and a put completes when its own
+ * last WR does. A put is posted whole or not at all.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "verbs.h"
+#include "wire.h"
+
+/* Remote-access fields of the wire (DCHAN_WIRE_PROV_BYTES, little-endian). */
+enum {
+    W_ADDR = 0,      /* 8: receive buffer address */
+    W_RKEY = 8,      /* 4: its rkey */
+    W_QPN = 12,      /* 4: the receiver's data QP serving the sender */
+    W_SEQ_ADDR = 16, /* 8: FLAG sequence word address */
+    W_SEQ_RKEY = 24, /* 4: its rkey */
+    W_FLAGS = 28,    /* 1: W_IN_ORDER */
+    W_END = 29       /* the rest is zero */
+};
+/* SENTINEL: RDMA WRITEs into the receiver's QP land in address order
+ * (ibv_query_qp_data_in_order describes the receiving side), so one write
+ * of the whole buffer puts the tail last. */
+#define W_IN_ORDER 1
+
+static struct vrb_state *state_of(dchan_handle_t *h)
+{
+    return dchan_h_prov(h)->state;
+}
+
+/* ---- registrations ------------------------------------------------------------------- */
+
+int dchan_verbs_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr)
+{
+    struct vrb_state *s = p->state;
+    /* Receive buffers (and FLAG words): local and remote write, nothing
+     * more. Send buffers: local read only. Never relaxed ordering: SENTINEL
+     * and FLAG arrivals are read from memory. */
+    int flags = access & DCHAN_ACCESS_REMOTE_WRITE
+                    ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
+                    : 0;
+    struct ibv_mr *m = ibv_reg_mr(s->pd, addr, len, flags);
+    if (!m) {
+        char what[96];
+        snprintf(what, sizeof what, "ibv_reg_mr of %zu bytes at %p", len, addr);
+        return dchan_verbs_rc(s, VRB_ERRNO, errno ? errno : ENOMEM, what);
+    }
+    *mr = m;
+    return DCHAN_SUCCESS;
+}
+
+void dchan_verbs_mr_dereg(struct dchan_prov *p, void *mr)
+{
+    int rc = ibv_dereg_mr(mr);
+    if (rc)
+        dchan_verbs_rc(p->state, VRB_ERRNO, rc, "ibv_dereg_mr");
+}
+
+/* ---- receiver ---------------------------------------------------------------------- */
+
+int dchan_verbs_recv_open(dchan_handle_t *h, unsigned char *wf)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct vrb_state *s = p->state;
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    struct vrb_conn *c = &s->conns[dchan_h_peer(h)];
+    struct ibv_mr *mr;
+    int rc;
+
+    if (c->state == VRB_DEAD)
+        return DCHAN_ERR_PEER;
+    rc = dchan_reg_get(p, dchan_h_buf(h), dchan_h_size(h), DCHAN_ACCESS_REMOTE_WRITE, &rh->reg);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    mr = dchan_reg_mr(rh->reg);
+    dchan_put_le64(wf + W_ADDR, (uintptr_t)dchan_h_buf(h));
+    dchan_put_le32(wf + W_RKEY, mr->rkey);
+    dchan_put_le32(wf + W_QPN, c->qp->qp_num);
+    if (dchan_h_detect(h) == DCHAN_DETECT_FLAG) {
+        void *base;
+        size_t len;
+        /* The page-aligned chunk, once for every word in it. */
+        dchan_h_seq_chunk(h, &base, &len);
+        rc = dchan_reg_get(p, base, len, DCHAN_ACCESS_REMOTE_WRITE, &rh->seq_reg);
+        if (rc != DCHAN_SUCCESS)
+            goto put_reg;
+        mr = dchan_reg_mr(rh->seq_reg);
+        dchan_put_le64(wf + W_SEQ_ADDR, (uintptr_t)dchan_h_seq_word(h));
+        dchan_put_le32(wf + W_SEQ_RKEY, mr->rkey);
+    }
+    if (dchan_h_detect(h) == DCHAN_DETECT_SENTINEL && c->in_order)
+        wf[W_FLAGS] = W_IN_ORDER;
+    rh->c = c;
+    c->nrecv++;
+    return DCHAN_SUCCESS;
+
+put_reg:
+    dchan_reg_put(rh->reg);
+    rh->reg = NULL;
+    return rc;
+}
+
+void dchan_verbs_recv_close(dchan_handle_t *h)
+{
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    /* The last reference deregisters and so revokes the rkey: a later put
+     * to this buffer fails with a remote access error at its sender and
+     * never writes here. */
+    dchan_reg_put(rh->seq_reg);
+    dchan_reg_put(rh->reg);
+    rh->reg = rh->seq_reg = NULL;
+    if (rh->c)
+        rh->c->nrecv--;
+    rh->c = NULL;
+}
+
+/* ---- building a put ------------------------------------------------------------------- */
+
+static uint64_t pieces(const struct vrb_state *s, uint64_t len)
+{
+    return (len + s->max_msg - 1) / s->max_msg;
+}
+
+static uint64_t wr_count(const struct vrb_state *s, bool in_order, size_t size, int detect)
+{
+    switch (detect) {
+    case DCHAN_DETECT_EVENT:
+        return size <= s->event_split && size <= s->max_msg ? 1 : pieces(s, size) + 1;
+    case DCHAN_DETECT_FLAG:
+        return pieces(s, size) + 1;
+    default:
+        return in_order ? pieces(s, size) : pieces(s, size - 8) + 1;
+    }
+}
+
+static uint32_t add_wr(struct vrb_state *s, uint32_t n, enum ibv_wr_opcode op, const void *src,
+                       uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm)
+{
+    struct ibv_send_wr *wr = &s->wr[n];
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = op;
+    wr->imm_data = imm;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    if (len) {
+        s->sge[n].addr = (uintptr_t)src;
+        s->sge[n].length = (uint32_t)len;
+        s->sge[n].lkey = lkey;
+        wr->sg_list = &s->sge[n];
+        wr->num_sge = 1;
+        /* Small writes (sequence words, tails, small puts) are copied into
+         * the WQE: no DMA read of the source. */
+        if (len <= s->max_inline)
+            wr->send_flags = IBV_SEND_INLINE;
+    }
+    if (n)
+        s->wr[n - 1].next = wr;
+    return n + 1;
+}
+
+static uint32_t add_body(struct vrb_state *s, uint32_t n, const char *src, uint64_t len,
+                         uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+    for (uint64_t off = 0; off < len; off += s->max_msg) {
+        uint64_t k = len - off < s->max_msg ? len - off : s->max_msg;
+        n = add_wr(s, n, IBV_WR_RDMA_WRITE, src + off, k, lkey, raddr + off, rkey, 0);
+    }
+    return n;
+}
+
+/* The WRs of h's put into s->wr; returns how many. */
+static uint32_t build(struct vrb_state *s, const struct vrb_sh *sh)
+{
+    const char *src = sh->src;
+    size_t size = sh->size;
+    uint32_t n = 0;
+
+    switch (sh->detect) {
+    case DCHAN_DETECT_EVENT:
+        if (size <= s->event_split && size <= s->max_msg)
+            return add_wr(s, 0, IBV_WR_RDMA_WRITE_WITH_IMM, src, size, sh->lkey, sh->raddr,
+                          sh->rkey, sh->imm);
+        n = add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
+        return add_wr(s, n, IBV_WR_RDMA_WRITE_WITH_IMM, NULL, 0, 0, sh->raddr, sh->rkey,
+                      sh->imm);
+    case DCHAN_DETECT_FLAG:
+        n = add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
+        return add_wr(s, n, IBV_WR_RDMA_WRITE, sh->seq_src, 8, sh->seq_lkey, sh->seq_raddr,
+                      sh->seq_rkey, 0);
+    default:
+        if (sh->in_order)
+            return add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
+        n = add_body(s, 0, src, size - 8, sh->lkey, sh->raddr, sh->rkey);
+        return add_wr(s, n, IBV_WR_RDMA_WRITE, src + size - 8, 8, sh->lkey,
+                      sh->raddr + size - 8, sh->rkey, 0);
+    }
+}
+
+void dchan_verbs_put_resolve(struct vrb_state *s, dchan_handle_t *h, int rc)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    (void)s;
+    sh->state = VRB_PUT_IDLE;
+    sh->rc = 0;
+    dchan_core_put_done(h, rc);
+}
+
+int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    struct vrb_conn *c = sh->c;
+    struct ibv_send_wr *bad = NULL;
+    uint32_t n = build(s, sh);
+    int rc;
+
+    /* Room for all of it, or none is posted: reclaim completed slots
+     * once before giving up. */
+    if (c->posted - c->retired + n > s->sq_usable) {
+        dchan_verbs_poll_send(s);
+        if (c->state == VRB_DEAD)
+            return DCHAN_ERR_PEER;
+        if (c->state != VRB_UP || c->posted - c->retired + n > s->sq_usable)
+            return DCHAN_ERR_AGAIN;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t q = c->posted + i;
+        bool last = i == n - 1;
+        if (last || ++c->since_sig >= s->sig_every) {
+            s->wr[i].send_flags |= IBV_SEND_SIGNALED;
+            c->since_sig = 0;
+        }
+        s->wr[i].wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (q & VRB_WRID_SEQ_MASK);
+        c->ring[q % s->sq_depth] = (struct vrb_wrrec){.h = h, .last = last};
+    }
+    rc = ibv_post_send(c->qp, s->wr, &bad);
+    if (rc == 0) {
+        c->posted += n;
+        sh->state = VRB_PUT_POSTED;
+        return DCHAN_SUCCESS;
+    }
+    uint32_t k = bad && bad >= s->wr && bad < s->wr + n ? (uint32_t)(bad - s->wr) : 0;
+    if (k == 0) {
+        for (uint32_t i = 0; i < n; i++)
+            c->ring[(c->posted + i) % s->sq_depth].h = NULL;
+        return rc == ENOMEM ? DCHAN_ERR_AGAIN
+                            : dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_send");
+    }
+    /* Part of the put went out: it fails, but through its completions, so
+     * that its slots are retired in order. The device stops the QP (ERR),
+     * and a signalled marker makes sure a completion covers the part. */
+    struct ibv_send_wr marker;
+    for (uint32_t i = k; i < n; i++)
+        c->ring[(c->posted + i) % s->sq_depth].h = NULL;
+    c->ring[(c->posted + k - 1) % s->sq_depth].last = 1;
+    c->posted += k;
+    sh->rc = dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_send (part of a put)");
+    sh->state = VRB_PUT_POSTED;
+    dchan_verbs_data_failed(s, c, true);
+    if (c->state == VRB_DEAD)
+        return DCHAN_SUCCESS; /* resolved there */
+    memset(&marker, 0, sizeof marker);
+    marker.wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (c->posted & VRB_WRID_SEQ_MASK);
+    marker.opcode = IBV_WR_RDMA_WRITE;
+    marker.send_flags = IBV_SEND_SIGNALED;
+    c->ring[c->posted % s->sq_depth] = (struct vrb_wrrec){.h = NULL, .last = 0};
+    if (ibv_post_send(c->qp, &marker, &bad) == 0)
+        c->posted++;
+    else
+        dchan_verbs_conn_dead(s, c, DCHAN_ERR_PROVIDER);
+    return DCHAN_SUCCESS;
+}
+
+/* ---- sender ----------------------------------------------------------------------------- */
+
+int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct vrb_state *s = p->state;
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    struct vrb_conn *c = &s->conns[dchan_h_peer(h)];
+    size_t size = dchan_h_size(h);
+    int detect = dchan_h_detect(h);
+    int rc;
+
+    for (int i = W_END; i < DCHAN_WIRE_PROV_BYTES; i++)
+        if (wf[i])
+            return DCHAN_ERR_HANDLE;
+    sh->raddr = dchan_get_le64(wf + W_ADDR);
+    sh->rkey = dchan_get_le32(wf + W_RKEY);
+    sh->seq_raddr = dchan_get_le64(wf + W_SEQ_ADDR);
+    sh->seq_rkey = dchan_get_le32(wf + W_SEQ_RKEY);
+    /* The QP named must be the one the receiver keeps for this rank. */
+    if (sh->raddr == 0 || sh->raddr + size < sh->raddr || dchan_get_le32(wf + W_QPN) != c->rqpn)
+        return DCHAN_ERR_HANDLE;
+    if (detect == DCHAN_DETECT_FLAG ? sh->seq_raddr == 0 || sh->seq_raddr % 8 != 0
+                                    : sh->seq_raddr != 0 || sh->seq_rkey != 0)
+        return DCHAN_ERR_HANDLE;
+    if (wf[W_FLAGS] & ~W_IN_ORDER || (wf[W_FLAGS] && detect != DCHAN_DETECT_SENTINEL))
+        return DCHAN_ERR_HANDLE;
+    sh->in_order = wf[W_FLAGS] & W_IN_ORDER;
+    if (c->state == VRB_DEAD)
+        return DCHAN_ERR_PEER;
+    /* A put is posted whole: it must fit the send queue. */
+    if (wr_count(s, sh->in_order, size, detect) > s->sq_usable)
+        return DCHAN_ERR_SIZE;
+
+    rc = dchan_reg_get(p, dchan_h_buf(h), size, DCHAN_ACCESS_SEND, &sh->reg);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    sh->lkey = ((struct ibv_mr *)dchan_reg_mr(sh->reg))->lkey;
+    if (detect == DCHAN_DETECT_FLAG && s->max_inline < 8) {
+        void *base;
+        size_t len;
+        /* The 8-byte sequence word goes inline (no key, no DMA read) where
+         * the device can; elsewhere its chunk is registered, once for all
+         * the words in it. */
+        dchan_h_seq_chunk(h, &base, &len);
+        rc = dchan_reg_get(p, base, len, DCHAN_ACCESS_SEND, &sh->seq_reg);
+        if (rc != DCHAN_SUCCESS)
+            goto put_reg;
+        sh->seq_lkey = ((struct ibv_mr *)dchan_reg_mr(sh->seq_reg))->lkey;
+    }
+    sh->c = c;
+    sh->imm = htonl(dchan_h_remote_id(h));
+    sh->detect = detect;
+    sh->state = VRB_PUT_IDLE;
+    return DCHAN_SUCCESS;
+
+put_reg:
+    dchan_reg_put(sh->reg);
+    sh->reg = NULL;
+    return rc;
+}
+
+int dchan_verbs_put(dchan_handle_t *h, const struct dchan_put_desc *d)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    struct vrb_conn *c = sh->c;
+
+    if (c->state == VRB_DEAD)
+        return DCHAN_ERR_PEER;
+    /* Being rebuilt, or re-issuing flushed puts first: the core drives
+     * progress and retries. */
+    if (c->state != VRB_UP || c->redo_head)
+        return DCHAN_ERR_AGAIN;
+    sh->src = d->src;
+    sh->size = d->size;
+    sh->seq_src = d->seq_src;
+    sh->detect = d->detect;
+    sh->rc = 0;
+    return dchan_verbs_post_put(c->s, h);
+}
+
+/* Forget h's put: its WRs may still complete, but report to nobody. */
+static void detach(struct vrb_state *s, dchan_handle_t *h)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    struct vrb_conn *c = sh->c;
+
+    if (sh->state == VRB_PUT_POSTED) {
+        for (uint64_t q = c->retired; q < c->posted; q++)
+            if (c->ring[q % s->sq_depth].h == h)
+                c->ring[q % s->sq_depth].h = NULL;
+    } else if (sh->state == VRB_PUT_REDO) {
+        dchan_handle_t **pp = &c->redo_head, *prev = NULL;
+        while (*pp && *pp != h) {
+            prev = *pp;
+            pp = &DCHAN_PROV_PRIV(*pp, struct vrb_sh)->redo_next;
+        }
+        if (*pp) {
+            *pp = sh->redo_next;
+            if (c->redo_tail == h)
+                c->redo_tail = prev;
+        }
+    }
+    sh->redo_next = NULL;
+    sh->state = VRB_PUT_IDLE;
+}
+
+void dchan_verbs_put_abandon(dchan_handle_t *h)
+{
+    detach(state_of(h), h);
+}
+
+void dchan_verbs_send_close(dchan_handle_t *h)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    /* The core may release a handle whose put is still posted (it gave up
+     * waiting, or the handle failed otherwise): its WRs must then find no
+     * handle to report to. */
+    if (sh->state != VRB_PUT_IDLE)
+        detach(state_of(h), h);
+    dchan_reg_put(sh->seq_reg);
+    dchan_reg_put(sh->reg);
+    sh->reg = sh->seq_reg = NULL;
+}
+
+/* ---- completions ------------------------------------------------------------------------ */
+
+static void redo_push(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h)
+{
+    struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+    sh->state = VRB_PUT_REDO;
+    sh->redo_next = NULL;
+    if (c->redo_tail)
+        DCHAN_PROV_PRIV(c->redo_tail, struct vrb_sh)->redo_next = h;
+    else
+        c->redo_head = h;
+    c->redo_tail = h;
+    dchan_verbs_att(s, c);
+}
+
+/*
+ * A data WR completed; it retires every WR posted before it on its QP
+ * (RC completes them in order; unsignalled ones have no entry of their
+ * own). A put completes with its last WR: successfully when that WR or a
+ * later one succeeded, or completed in error after it; with its own error
+ * when one of its WRs failed; and is re-issued later when it was flushed.
+ */
+static void data_cqe(struct vrb_state *s, const struct ibv_wc *wc)
+{
+    uint32_t idx = (uint32_t)(wc->wr_id >> VRB_WRID_SEQ_BITS);
+    if (idx >= (uint32_t)s->nranks)
+        return;
+    struct vrb_conn *c = &s->conns[idx];
+    /* The full sequence number, from its low bits and the oldest WR out. */
+    uint64_t seq = c->retired + ((wc->wr_id - c->retired) & VRB_WRID_SEQ_MASK);
+    bool ok = wc->status == IBV_WC_SUCCESS, flush = wc->status == IBV_WC_WR_FLUSH_ERR;
+    int err = 0;
+
+    if (seq >= c->posted)
+        return; /* not ours (a reset removed its WR): never happens in order */
+    if (!ok && !flush) {
+        char what[64];
+        snprintf(what, sizeof what, "put to rank %d", c->peer);
+        err = dchan_verbs_rc(s, VRB_WC, wc->status, c->state == VRB_DEAD ? NULL : what);
+    }
+    for (uint64_t q = c->retired; q <= seq; q++) {
+        struct vrb_wrrec *r = &c->ring[q % s->sq_depth];
+        dchan_handle_t *h = r->h;
+        r->h = NULL;
+        if (!h)
+            continue;
+        struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
+        if (q == seq && err && !sh->rc)
+            sh->rc = err;
+        if (!r->last)
+            continue;
+        if (ok || err || sh->rc)
+            dchan_verbs_put_resolve(s, h, sh->rc);
+        else if (c->state == VRB_DEAD)
+            dchan_verbs_put_resolve(s, h, DCHAN_ERR_PEER);
+        else
+            redo_push(s, c, h); /* flushed: not its fault */
+    }
+    c->retired = seq + 1;
+    if (ok)
+        c->seen = true;
+    else
+        dchan_verbs_data_failed(s, c, err != 0);
+}
+
+static void ctl_cqe(struct vrb_state *s, const struct ibv_wc *wc)
+{
+    uint32_t idx = (uint32_t)((wc->wr_id & ~VRB_WRID_CTL) >> VRB_WRID_SEQ_BITS);
+    if (idx >= (uint32_t)s->nranks)
+        return;
+    struct vrb_conn *c = &s->conns[idx];
+
+    c->ctl_out--;
+    if ((wc->wr_id & 3) == VRB_CTL_WR_PROBE)
+        c->probing = false;
+    if (wc->status == IBV_WC_SUCCESS) {
+        c->seen = true;
+        if (c->ctl_msg)
+            dchan_verbs_ctl_flush(s, c);
+    } else if (wc->status != IBV_WC_WR_FLUSH_ERR && c->state != VRB_DEAD) {
+        char what[64];
+        snprintf(what, sizeof what, "control message to rank %d", c->peer);
+        dchan_verbs_conn_dead(s, c, dchan_verbs_rc(s, VRB_WC, wc->status, what));
+    }
+}
+
+int dchan_verbs_poll_send(struct vrb_state *s)
+{
+    struct ibv_wc wc[VRB_POLL];
+    int ne, total = 0;
+
+    do {
+        ne = ibv_poll_cq(s->scq, VRB_POLL, wc);
+        if (ne < 0) {
+            /* A CQ error (overrun, device failure): nothing on it is usable. */
+            s->fatal = dchan_verbs_rc(s, VRB_ERRNO, ne == -1 ? EIO : -ne, "ibv_poll_cq (send)");
+            return s->fatal;
+        }
+        for (int i = 0; i < ne; i++) {
+            if (wc[i].wr_id & VRB_WRID_CTL)
+                ctl_cqe(s, &wc[i]);
+            else
+                data_cqe(s, &wc[i]);
+        }
+        total += ne;
+    } while (ne == VRB_POLL);
+    return total;
+}
+
+void dchan_verbs_srq_fill(struct vrb_state *s, bool top_up)
+{
+    struct ibv_recv_wr wr[VRB_SRQ_BATCH], *bad;
+
+    /* Receives carry no buffer: WRITE WITH IMMEDIATE consumes one only to
+     * deliver its immediate. top_up posts until the SRQ is full, which
+     * repairs the count after a reset removed completions. */
+    while (top_up || s->srq_owed) {
+        uint32_t k = top_up || s->srq_owed > VRB_SRQ_BATCH ? VRB_SRQ_BATCH : s->srq_owed;
+        for (uint32_t i = 0; i < k; i++) {
+            memset(&wr[i], 0, sizeof wr[i]);
+            wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+        }
+        bad = NULL;
+        int rc = ibv_post_srq_recv(s->srq, wr, &bad);
+        uint32_t done = rc ? (uint32_t)(bad ? bad - wr : 0) : k;
+        s->srq_owed -= done < s->srq_owed ? done : s->srq_owed;
+        if (rc) {
+            if (!top_up || rc != ENOMEM)
+                dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_srq_recv");
+            break;
+        }
+    }
+    if (top_up)
+        s->srq_owed = 0;
+}
+
+int dchan_verbs_poll_recv(struct vrb_state *s)
+{
+    struct ibv_wc wc[VRB_POLL];
+    int ne, n = 0;
+
+    do {
+        ne = ibv_poll_cq(s->rcq, VRB_POLL, wc);
+        if (ne < 0) {
+            s->fatal = dchan_verbs_rc(s, VRB_ERRNO, ne == -1 ? EIO : -ne,
+                                      "ibv_poll_cq (receive)");
+            return s->fatal;
+        }
+        for (int i = 0; i < ne; i++) {
+            struct vrb_conn *c;
+            bool ctl;
+
+            s->srq_owed++; /* every receive completion used one SRQ entry */
+            if (!dchan_verbs_qpn_lookup(s, wc[i].qp_num, &c, &ctl))
+                continue;
+            if (wc[i].status != IBV_WC_SUCCESS) {
+                /* The QP went to ERR under an arrival; its sender learns
+                 * of it and re-issues. */
+                dchan_debug(s->p->ctx, VRB_NAME, "receive from rank %d: %s", c->peer,
+                            ibv_wc_status_str(wc[i].status));
+                continue;
+            }
+            c->seen = true;
+            if (!(wc[i].wc_flags & IBV_WC_WITH_IMM))
+                continue;
+            uint32_t imm = ntohl(wc[i].imm_data);
+            if (ctl) {
+                dchan_verbs_ctl_recv(s, c, imm);
+                continue;
+            }
+            /* O(1) however many handles are armed: the id names the slot. */
+            dchan_handle_t *r = dchan_ctx_recv_handle(s->p->ctx, imm);
+            if (!r || dchan_h_prov(r) != s->p || dchan_h_detect(r) != DCHAN_DETECT_EVENT ||
+                dchan_h_peer(r) != c->peer) {
+                dchan_debug(s->p->ctx, VRB_NAME, "arrival for stale handle id %#x from rank %d",
+                            imm, c->peer);
+                continue;
+            }
+            dchan_core_arrival(r);
+            n++;
+        }
+    } while (ne == VRB_POLL);
+    if (s->srq_owed >= VRB_SRQ_BATCH)
+        dchan_verbs_srq_fill(s, false);
+    return n;
+}
+
+int dchan_verbs_progress(struct dchan_prov *p)
+{
+    struct vrb_state *s = p->state;
+    int n = dchan_verbs_poll_recv(s), m = dchan_verbs_poll_send(s);
+
+    if (s->att_head)
+        dchan_verbs_advance(s);
+    /* Async events and probes are rare: look every 256 calls, so that a
+     * poll costs two empty CQ polls and nothing else. */
+    if ((++s->tick & 255) == 0) {
+        dchan_verbs_async(s);
+        dchan_verbs_keepalive(s);
+    }
+    if (s->fatal)
+        return s->fatal;
+    return (n > 0 ? n : 0) + (m > 0 ? m : 0);
+}
