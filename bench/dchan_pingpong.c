@@ -1,0 +1,769 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * dchan_pingpong: one-way latency (half the round trip) of dchan against
+ * what a user would pick instead, measured in the same run on 2 ranks:
+ *
+ *   dchan         put -> arrival callback -> dchan_ready, channels created once
+ *                 per size, one dchan context per provider x detection mode
+ *   mpi-sendrecv  MPI_Isend / MPI_Irecv of the same buffers, receives pre-posted
+ *   mpi-put-pscw  MPI_Put into a window, post/start/complete/wait
+ *   mpi-put-lock  passive target: MPI_Put, MPI_Win_flush, then a flag put that
+ *                 the target polls
+ *   cacheline     two processes bouncing one shared cache line: the physical
+ *                 floor of this machine's core-to-core latency
+ *
+ * Fairness: every implementation has its own buffers, warms up, and is then
+ * timed in repetitions that take turns (A B C D A B C D ...), so that a
+ * change of machine state (this VM's core-to-core latency flips between two
+ * modes, see bench/README.md) hits them all alike. Each repetition's time is
+ * the mean over its round trips; a result is the median over repetitions,
+ * with their min and max. Every arrival is checked (bench.h: stamps).
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define TAG_PP 11
+
+enum kind { K_DCHAN, K_SENDRECV, K_PSCW, K_LOCK };
+
+struct impl {
+    enum kind kind;
+    const char *name;
+    struct bench_combo *combo; /* K_DCHAN */
+    unsigned tx_stream, rx_stream;
+    /* state at the current size */
+    int on;
+    unsigned char *sbuf, *rbuf;
+    uint64_t tx_seq, rx_seq;
+    dchan_handle_t *rh, *sh;
+    int arrived; /* set by the arrival callback, inside dchan_progress */
+    MPI_Request rreq, sreq;
+    MPI_Win win, fwin;
+    uint64_t *flag, *flag_src;
+    /* results, per size */
+    double *med, *min, *max;
+    int *valid;
+};
+
+static struct bench_opts o = {
+    .prog = "dchan_pingpong",
+    .iters = 10000,
+    .warmup = 1000,
+    .reps = 25,
+    .timeout_s = 60,
+};
+static double budget = 512.0 * 1024 * 1024; /* bytes per direction, per impl and size */
+static int peer;
+static size_t size;                          /* the size being measured */
+static MPI_Group peer_group;
+
+/* The shared cache line. */
+static volatile uint64_t *cl_line;
+static uint64_t cl_val;
+static MPI_Win cl_win = MPI_WIN_NULL;
+static MPI_Comm cl_comm = MPI_COMM_NULL;
+
+static const size_t default_sizes[] = {
+    /* CkDirect paper, Tables 1-2 */
+    100, 1000, 5000, 10000, 20000, 30000, 40000, 70000, 100000, 500000,
+    /* thesis tables: 2 KiB .. 64 MiB */
+    2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152,
+    4194304, 8388608, 16777216, 33554432, 67108864};
+
+/* What each arrival's check covers besides the ends: the body too with
+ * --check full, and in the one verified round trip that ends every size. */
+static int body_check = BENCH_BODY_NONE;
+
+static int body_mode(void)
+{
+    return body_check;
+}
+
+/* First failure on any rank, so that every rank takes the same branch. */
+static int agree(int rc)
+{
+    int lo;
+    MPI_Allreduce(&rc, &lo, 1, MPI_INT, MPI_MIN, bench_comm);
+    return lo;
+}
+
+/* ---- dchan ------------------------------------------------------------------------ */
+
+static void on_arrival(dchan_handle_t *h, void *arg)
+{
+    struct impl *m = arg;
+    if (h != m->rh)
+        bench_fatal("arrival callback for a handle that is not the channel's");
+    m->arrived++;
+}
+
+static void dchan_wait_arrival(struct impl *m)
+{
+    struct bench_spin sp;
+    bench_spin_init(&sp, "a dchan arrival");
+    while (!m->arrived) {
+        int rc = dchan_progress(m->combo->ctx);
+        if (rc < 0)
+            bench_fatal("dchan_progress: %s", dchan_strerror(rc));
+        bench_spin(&sp);
+    }
+    if (m->arrived != 1)
+        bench_fatal("%d arrival callbacks for one put", m->arrived);
+    m->arrived = 0;
+}
+
+/* The send buffer may be rewritten only once the last put completed locally. */
+static void dchan_wait_sent(struct impl *m)
+{
+    struct bench_spin sp;
+    int rc;
+    bench_spin_init(&sp, "a dchan put to complete locally");
+    while ((rc = dchan_put_test(m->sh)) == 0)
+        bench_spin(&sp);
+    if (rc < 0)
+        bench_fatal("dchan_put_test: %s", dchan_strerror(rc));
+}
+
+static int dchan_setup(struct impl *m)
+{
+    dchan_wire_t mine, theirs;
+    int rc = dchan_create_handle(m->combo->ctx, peer, m->rbuf, size, BENCH_OOB, on_arrival, m,
+                                 &m->rh);
+    int all = agree(rc);
+    if (all != DCHAN_SUCCESS) {
+        if (rc == DCHAN_SUCCESS)
+            dchan_handle_destroy(m->rh);
+        return all;
+    }
+    rc = dchan_handle_export(m->rh, &mine);
+    if (rc != DCHAN_SUCCESS)
+        bench_fatal("dchan_handle_export: %s", dchan_strerror(rc));
+    MPI_Sendrecv(&mine, sizeof mine, MPI_BYTE, peer, TAG_PP, &theirs, sizeof theirs, MPI_BYTE,
+                 peer, TAG_PP, bench_comm, MPI_STATUS_IGNORE);
+    rc = dchan_assoc_local(m->combo->ctx, &theirs, m->sbuf, size, &m->sh);
+    if ((all = agree(rc)) != DCHAN_SUCCESS)
+        bench_fatal("dchan_assoc_local (%s, %zu bytes): %s", m->combo->provider, size,
+                    dchan_strerror(all));
+    bench_combo_label(m->combo, m->rh);
+    return DCHAN_SUCCESS;
+}
+
+static void dchan_run(struct impl *m, long n)
+{
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            dchan_wait_sent(m);
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            int rc = dchan_put(m->sh);
+            if (rc != DCHAN_SUCCESS)
+                bench_fatal("dchan_put: %s", dchan_strerror(rc));
+            dchan_wait_arrival(m);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+            if ((rc = dchan_ready(m->rh)) != DCHAN_SUCCESS)
+                bench_fatal("dchan_ready: %s", dchan_strerror(rc));
+        } else {
+            dchan_wait_arrival(m);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+            /* Re-armed before the reply: the reply is what lets the peer put again. */
+            int rc = dchan_ready(m->rh);
+            if (rc != DCHAN_SUCCESS)
+                bench_fatal("dchan_ready: %s", dchan_strerror(rc));
+            dchan_wait_sent(m);
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            if ((rc = dchan_put(m->sh)) != DCHAN_SUCCESS)
+                bench_fatal("dchan_put: %s", dchan_strerror(rc));
+        }
+    }
+}
+
+static void dchan_teardown(struct impl *m)
+{
+    int rc = dchan_handle_destroy(m->sh);
+    if (rc != DCHAN_SUCCESS)
+        bench_fatal("dchan_handle_destroy (send): %s", dchan_strerror(rc));
+    MPI_Barrier(bench_comm); /* no put is left in flight towards a receive handle */
+    if ((rc = dchan_handle_destroy(m->rh)) != DCHAN_SUCCESS)
+        bench_fatal("dchan_handle_destroy (receive): %s", dchan_strerror(rc));
+}
+
+/* ---- MPI two-sided -------------------------------------------------------------- */
+
+/* Each rank keeps one receive posted at all times: it is re-posted as soon
+ * as the last one was checked, before the reply goes out. */
+static void sendrecv_setup(struct impl *m)
+{
+    MPI_Irecv(m->rbuf, (int)size, MPI_BYTE, peer, TAG_PP, bench_comm, &m->rreq);
+}
+
+static void sendrecv_run(struct impl *m, long n)
+{
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            MPI_Isend(m->sbuf, (int)size, MPI_BYTE, peer, TAG_PP, bench_comm, &m->sreq);
+            MPI_Wait(&m->rreq, MPI_STATUS_IGNORE);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+            MPI_Irecv(m->rbuf, (int)size, MPI_BYTE, peer, TAG_PP, bench_comm, &m->rreq);
+            MPI_Wait(&m->sreq, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Wait(&m->rreq, MPI_STATUS_IGNORE);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+            MPI_Irecv(m->rbuf, (int)size, MPI_BYTE, peer, TAG_PP, bench_comm, &m->rreq);
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            MPI_Isend(m->sbuf, (int)size, MPI_BYTE, peer, TAG_PP, bench_comm, &m->sreq);
+            MPI_Wait(&m->sreq, MPI_STATUS_IGNORE);
+        }
+    }
+}
+
+static void sendrecv_teardown(struct impl *m)
+{
+    MPI_Cancel(&m->rreq);
+    MPI_Wait(&m->rreq, MPI_STATUS_IGNORE);
+}
+
+/* ---- MPI one-sided, post/start/complete/wait ----------------------------------------- */
+
+/* Rank 1 opens its exposure epoch for the next ping as soon as it checked
+ * the last one, the one-sided counterpart of a pre-posted receive. */
+static void pscw_setup(struct impl *m)
+{
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "no_locks", "true");
+    MPI_Win_create(m->rbuf, (MPI_Aint)size, 1, info, bench_comm, &m->win);
+    MPI_Info_free(&info);
+    if (bench_rank == 1)
+        MPI_Win_post(peer_group, 0, m->win);
+}
+
+static void pscw_run(struct impl *m, long n)
+{
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            MPI_Win_post(peer_group, 0, m->win); /* for the pong */
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            MPI_Win_start(peer_group, 0, m->win);
+            MPI_Put(m->sbuf, (int)size, MPI_BYTE, peer, 0, (int)size, MPI_BYTE, m->win);
+            MPI_Win_complete(m->win);
+            MPI_Win_wait(m->win);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+        } else {
+            MPI_Win_wait(m->win);
+            bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+            MPI_Win_post(peer_group, 0, m->win); /* for the next ping */
+            bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+            MPI_Win_start(peer_group, 0, m->win);
+            MPI_Put(m->sbuf, (int)size, MPI_BYTE, peer, 0, (int)size, MPI_BYTE, m->win);
+            MPI_Win_complete(m->win);
+        }
+    }
+}
+
+static void pscw_teardown(struct impl *m)
+{
+    /* Close rank 1's last exposure epoch with an empty access epoch. */
+    if (bench_rank == 0) {
+        MPI_Win_start(peer_group, 0, m->win);
+        MPI_Win_complete(m->win);
+    } else {
+        MPI_Win_wait(m->win);
+    }
+    MPI_Win_free(&m->win);
+}
+
+/* ---- MPI one-sided, passive target with a polled flag ------------------------------ */
+
+static void lock_setup(struct impl *m)
+{
+    m->flag = bench_alloc(64);
+    m->flag_src = bench_alloc(64);
+    MPI_Win_create(m->rbuf, (MPI_Aint)size, 1, MPI_INFO_NULL, bench_comm, &m->win);
+    MPI_Win_create(m->flag, 8, 8, MPI_INFO_NULL, bench_comm, &m->fwin);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, m->win);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, m->fwin);
+}
+
+static void lock_send(struct impl *m)
+{
+    bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+    MPI_Put(m->sbuf, (int)size, MPI_BYTE, peer, 0, (int)size, MPI_BYTE, m->win);
+    /* The data is complete at the target before the flag is even sent. */
+    MPI_Win_flush(peer, m->win);
+    *m->flag_src = bench_stamp(m->tx_stream, m->tx_seq);
+    MPI_Put(m->flag_src, 1, MPI_UINT64_T, peer, 0, 1, MPI_UINT64_T, m->fwin);
+    MPI_Win_flush(peer, m->fwin);
+}
+
+static void lock_recv(struct impl *m)
+{
+    uint64_t want = bench_stamp(m->rx_stream, m->rx_seq + 1);
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the mpi-put-lock flag");
+    while (__atomic_load_n(m->flag, __ATOMIC_ACQUIRE) != want) {
+        MPI_Win_sync(m->fwin);
+        /* An MPI whose RMA needs the target's progress gets it here. */
+        if ((sp.n & 0x3f) == 0x3f) {
+            int f;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, bench_comm, &f, MPI_STATUS_IGNORE);
+        }
+        bench_spin(&sp);
+    }
+    MPI_Win_sync(m->win);
+    bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+}
+
+static void lock_run(struct impl *m, long n)
+{
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            lock_send(m);
+            lock_recv(m);
+        } else {
+            lock_recv(m);
+            lock_send(m);
+        }
+    }
+}
+
+static void lock_teardown(struct impl *m)
+{
+    MPI_Win_unlock_all(m->fwin);
+    MPI_Win_unlock_all(m->win);
+    MPI_Win_free(&m->fwin);
+    MPI_Win_free(&m->win);
+    bench_free(m->flag);
+    bench_free(m->flag_src);
+}
+
+/* ---- the shared cache line ------------------------------------------------------- */
+
+static int cacheline_open(void)
+{
+    int nsize = 0, du;
+    MPI_Aint sz;
+    void *base;
+    MPI_Comm_split_type(bench_comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &cl_comm);
+    MPI_Comm_size(cl_comm, &nsize);
+    if (agree(nsize == 2 ? 0 : -1) != 0) {
+        bench_note("%s: the ranks share no memory: no cacheline measurement\n", o.prog);
+        MPI_Comm_free(&cl_comm);
+        return -1;
+    }
+    MPI_Win_allocate_shared(bench_rank == 0 ? 128 : 0, 1, MPI_INFO_NULL, cl_comm, &base, &cl_win);
+    MPI_Win_shared_query(cl_win, 0, &sz, &du, &base);
+    cl_line = base;
+    if (bench_rank == 0)
+        *cl_line = 0;
+    MPI_Barrier(cl_comm);
+    cl_val = 0;
+    return 0;
+}
+
+static void cacheline_run(long n)
+{
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the cache line");
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            __atomic_store_n(cl_line, cl_val + 1, __ATOMIC_RELEASE);
+            while (__atomic_load_n(cl_line, __ATOMIC_ACQUIRE) != cl_val + 2)
+                bench_spin(&sp);
+        } else {
+            while (__atomic_load_n(cl_line, __ATOMIC_ACQUIRE) != cl_val + 1)
+                bench_spin(&sp);
+            __atomic_store_n(cl_line, cl_val + 2, __ATOMIC_RELEASE);
+        }
+        cl_val += 2;
+    }
+}
+
+static void cacheline_close(void)
+{
+    MPI_Win_free(&cl_win);
+    MPI_Comm_free(&cl_comm);
+}
+
+/* ---- driver ------------------------------------------------------------------------ */
+
+static int impl_setup(struct impl *m)
+{
+    m->sbuf = bench_alloc(size);
+    m->rbuf = bench_alloc(size);
+    bench_fill_body(m->sbuf, size, m->tx_stream);
+    m->tx_seq = m->rx_seq = 0;
+    m->arrived = 0;
+    switch (m->kind) {
+    case K_DCHAN: {
+        int rc = dchan_setup(m);
+        if (rc != DCHAN_SUCCESS) {
+            bench_note("%s: dchan over %s (%s) at %zu bytes: %s; skipped\n", o.prog,
+                       m->combo->provider, m->combo->detect, size, dchan_strerror(rc));
+            if (bench_rank == 0)
+                printf("SKIP bench=pingpong impl=dchan provider=%s detect=%s size=%zu "
+                       "reason=%s\n",
+                       m->combo->provider, m->combo->detect, size, bench_rc_name(rc));
+            bench_free(m->sbuf);
+            bench_free(m->rbuf);
+            return 0;
+        }
+        break;
+    }
+    case K_SENDRECV:
+        sendrecv_setup(m);
+        break;
+    case K_PSCW:
+        pscw_setup(m);
+        break;
+    case K_LOCK:
+        lock_setup(m);
+        break;
+    }
+    return 1;
+}
+
+static void impl_run(struct impl *m, long n)
+{
+    switch (m->kind) {
+    case K_DCHAN:
+        dchan_run(m, n);
+        break;
+    case K_SENDRECV:
+        sendrecv_run(m, n);
+        break;
+    case K_PSCW:
+        pscw_run(m, n);
+        break;
+    case K_LOCK:
+        lock_run(m, n);
+        break;
+    }
+}
+
+static void impl_teardown(struct impl *m)
+{
+    /* One more round trip, untimed, whose messages are checked whole where
+     * the timed ones were checked (before a re-arm rewrites a sentinel). */
+    body_check = o.check_full ? BENCH_BODY_SEQ : BENCH_BODY_FIXED;
+    impl_run(m, 1);
+    body_check = o.check_full ? BENCH_BODY_SEQ : BENCH_BODY_NONE;
+    switch (m->kind) {
+    case K_DCHAN:
+        dchan_teardown(m);
+        break;
+    case K_SENDRECV:
+        sendrecv_teardown(m);
+        break;
+    case K_PSCW:
+        pscw_teardown(m);
+        break;
+    case K_LOCK:
+        lock_teardown(m);
+        break;
+    }
+    MPI_Barrier(bench_comm);
+    bench_free(m->sbuf);
+    bench_free(m->rbuf);
+}
+
+static const char *label(const struct impl *m, char *buf, size_t len)
+{
+    if (m->kind == K_DCHAN)
+        snprintf(buf, len, "dchan:%s/%s", m->combo->provider, m->combo->detect);
+    else
+        snprintf(buf, len, "%s", m->name);
+    return buf;
+}
+
+static void result_line(const struct impl *m, size_t sz, double med, double min, double max)
+{
+    printf("RESULT bench=pingpong impl=%s provider=%s detect=%s size=%zu oneway_us=%.4f "
+           "min_us=%.4f max_us=%.4f\n",
+           m->name, m->kind == K_DCHAN ? m->combo->provider : "-",
+           m->kind == K_DCHAN ? m->combo->detect : "-", sz, med, min, max);
+    fflush(stdout);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mpirun -np 2 dchan_pingpong [options]\n"
+            "One-way latency of dchan beside MPI two-sided and one-sided, on 2 ranks.\n"
+            "Implementations (--impls): dchan, mpi-sendrecv, mpi-put-pscw, mpi-put-lock,\n"
+            "cacheline. Default sizes: 100 1000 5000 10000 20000 30000 40000 70000 100000\n"
+            "500000 and 2 KiB .. 64 MiB in powers of two. --iters (default 10000) round trips\n"
+            "per size, fewer at large sizes so that at most --budget bytes (default 512M)\n"
+            "go each way; never fewer than --reps (default 25). --warmup (default 1000) is\n"
+            "cut down in proportion.\n\n%s"
+            "  --budget BYTES    bytes per direction per implementation and size\n",
+            bench_common_help);
+}
+
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        BENCH_LONGOPTS, {"budget", required_argument, NULL, BENCH_OPT_FIRST_PRIVATE}, {0}};
+    int c, list = 0;
+
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (bench_common_opt(&o, c, optarg) == 0)
+            continue;
+        if (c == BENCH_OPT_HELP) {
+            usage(stdout);
+            return 0;
+        } else if (c == BENCH_OPT_LIST) {
+            list = 1;
+        } else if (c == BENCH_OPT_FIRST_PRIVATE) {
+            size_t *v;
+            int n;
+            if (bench_parse_sizes(optarg, &v, &n) || n != 1) {
+                fprintf(stderr, "%s: --budget wants a byte count, not '%s'\n", o.prog, optarg);
+                return 2;
+            }
+            budget = (double)v[0];
+            free(v);
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (list) {
+        bench_list_providers(stdout);
+        return 0;
+    }
+    if (!o.sizes) {
+        o.nsizes = (int)(sizeof default_sizes / sizeof default_sizes[0]);
+        o.sizes = malloc(sizeof default_sizes);
+        if (!o.sizes)
+            return 1;
+        memcpy(o.sizes, default_sizes, sizeof default_sizes);
+    }
+    qsort(o.sizes, (size_t)o.nsizes, sizeof *o.sizes, cmp_size);
+    for (int i = 0; i < o.nsizes; i++) {
+        if (o.sizes[i] > (size_t)1 << 30) {
+            fprintf(stderr, "%s: sizes above 1 GiB are not supported\n", o.prog);
+            return 2;
+        }
+    }
+
+    body_check = o.check_full ? BENCH_BODY_SEQ : BENCH_BODY_NONE;
+    bench_mpi_init(&argc, &argv, &o);
+    if (bench_nranks != 2)
+        bench_fatal("needs exactly 2 ranks (mpirun -np 2), not %d", bench_nranks);
+    peer = 1 - bench_rank;
+    {
+        MPI_Group world;
+        MPI_Comm_group(bench_comm, &world);
+        MPI_Group_incl(world, 1, &peer, &peer_group);
+        MPI_Group_free(&world);
+    }
+
+    struct bench_combo *combos = NULL;
+    int ncombos = 0, failed = 0;
+    if (bench_in_list(o.impls, "dchan"))
+        bench_combos_open(&o, "pingpong", 0, &combos, &ncombos, &failed);
+
+    static const struct {
+        enum kind kind;
+        const char *name;
+    } peers[] = {{K_SENDRECV, "mpi-sendrecv"}, {K_PSCW, "mpi-put-pscw"}, {K_LOCK, "mpi-put-lock"}};
+    int nimpl = 0, maximpl = ncombos + 3;
+    struct impl *impls = calloc((size_t)maximpl, sizeof *impls);
+    if (!impls)
+        bench_fatal("out of memory");
+    for (int i = 0; i < ncombos; i++) {
+        impls[nimpl].kind = K_DCHAN;
+        impls[nimpl].name = "dchan";
+        impls[nimpl].combo = &combos[i];
+        nimpl++;
+    }
+    for (size_t i = 0; i < sizeof peers / sizeof peers[0]; i++) {
+        if (!bench_in_list(o.impls, peers[i].name))
+            continue;
+        impls[nimpl].kind = peers[i].kind;
+        impls[nimpl].name = peers[i].name;
+        nimpl++;
+    }
+    for (int i = 0; i < nimpl; i++) {
+        struct impl *m = &impls[i];
+        m->tx_stream = (unsigned)(2 * i + bench_rank);
+        m->rx_stream = (unsigned)(2 * i + peer);
+        m->med = calloc((size_t)o.nsizes, sizeof(double));
+        m->min = calloc((size_t)o.nsizes, sizeof(double));
+        m->max = calloc((size_t)o.nsizes, sizeof(double));
+        m->valid = calloc((size_t)o.nsizes, sizeof(int));
+        if (!m->med || !m->min || !m->max || !m->valid)
+            bench_fatal("out of memory");
+    }
+    int have_cl = bench_in_list(o.impls, "cacheline") && cacheline_open() == 0;
+    double *samples = calloc((size_t)o.reps * (size_t)(nimpl + 1), sizeof(double));
+    double *cl_med = calloc((size_t)o.nsizes, sizeof(double));
+    if (!samples || !cl_med)
+        bench_fatal("out of memory");
+
+    bench_note("%s: %d implementation(s), %d size(s), %d repetitions each%s\n", o.prog, nimpl,
+               o.nsizes, o.reps, o.check_full ? ", every byte checked (timings not comparable)"
+                                              : "");
+
+    /* The physical floor first, measured on its own. */
+    const long cl_iters = o.iters < 1000 ? o.iters : 1000;
+    double cl_all = 0;
+    if (have_cl) {
+        double mn, mx;
+        cacheline_run(o.warmup);
+        MPI_Barrier(bench_comm);
+        for (int r = 0; r < o.reps; r++) {
+            uint64_t t0 = bench_now_ns();
+            cacheline_run(o.iters);
+            samples[r] = (double)(bench_now_ns() - t0) / (double)o.iters / 2 / 1000;
+        }
+        bench_stats(samples, o.reps, &cl_all, &mn, &mx);
+        if (bench_rank == 0) {
+            printf("RESULT bench=pingpong impl=cacheline provider=- detect=- size=8 "
+                   "oneway_us=%.4f min_us=%.4f max_us=%.4f\n",
+                   cl_all, mn, mx);
+            fflush(stdout);
+        }
+        bench_note("cacheline: one-way %.1f ns [%.1f-%.1f]\n", cl_all * 1000, mn * 1000,
+                   mx * 1000);
+    }
+
+    for (int si = 0; si < o.nsizes; si++) {
+        size = o.sizes[si];
+        long n = bench_scale(o.iters, size, budget, o.reps);
+        long per = n / o.reps > 0 ? n / o.reps : 1;
+        long warm = o.warmup > 0 ? (o.warmup * per * o.reps + o.iters - 1) / o.iters : 0;
+
+        for (int i = 0; i < nimpl; i++)
+            impls[i].on = impl_setup(&impls[i]);
+        for (int i = 0; i < nimpl; i++)
+            if (impls[i].on)
+                impl_run(&impls[i], warm);
+        if (have_cl)
+            cacheline_run(cl_iters / 10);
+        MPI_Barrier(bench_comm);
+        /* Taking turns: repetition r of every implementation, then r + 1. */
+        for (int r = 0; r < o.reps; r++) {
+            for (int i = 0; i < nimpl; i++) {
+                if (!impls[i].on)
+                    continue;
+                uint64_t t0 = bench_now_ns();
+                impl_run(&impls[i], per);
+                samples[i * o.reps + r] =
+                    (double)(bench_now_ns() - t0) / (double)per / 2 / 1000;
+            }
+            if (have_cl) {
+                uint64_t t0 = bench_now_ns();
+                cacheline_run(cl_iters);
+                samples[nimpl * o.reps + r] =
+                    (double)(bench_now_ns() - t0) / (double)cl_iters / 2 / 1000;
+            }
+        }
+        for (int i = 0; i < nimpl; i++)
+            if (impls[i].on)
+                impl_teardown(&impls[i]);
+
+        if (bench_rank == 0) {
+            char lb[96];
+            fprintf(stderr, "%9zu B:", size);
+            for (int i = 0; i < nimpl; i++) {
+                struct impl *m = &impls[i];
+                if (!m->on)
+                    continue;
+                bench_stats(&samples[i * o.reps], o.reps, &m->med[si], &m->min[si],
+                            &m->max[si]);
+                m->valid[si] = 1;
+                result_line(m, size, m->med[si], m->min[si], m->max[si]);
+                fprintf(stderr, "  %s %.3f", label(m, lb, sizeof lb), m->med[si]);
+            }
+            if (have_cl) {
+                double mn, mx;
+                bench_stats(&samples[nimpl * o.reps], o.reps, &cl_med[si], &mn, &mx);
+                fprintf(stderr, "  (cacheline %.0f ns)", cl_med[si] * 1000);
+            }
+            fprintf(stderr, "  [%ld round trips]\n", per * o.reps);
+        }
+    }
+
+    /* The readable summary, with the ratios of each dchan row to each peer. */
+    if (bench_rank == 0) {
+        char lb[96];
+        fprintf(stderr, "\none-way latency in us: median [min-max] over %d repetitions\n",
+                o.reps);
+        fprintf(stderr, "%10s", "size");
+        for (int i = 0; i < nimpl; i++)
+            fprintf(stderr, " %26s", label(&impls[i], lb, sizeof lb));
+        fprintf(stderr, "%s\n", have_cl ? "  cacheline ns" : "");
+        for (int si = 0; si < o.nsizes; si++) {
+            fprintf(stderr, "%10zu", o.sizes[si]);
+            for (int i = 0; i < nimpl; i++) {
+                struct impl *m = &impls[i];
+                char cell[64];
+                if (m->valid[si])
+                    snprintf(cell, sizeof cell, "%.3f [%.3f-%.3f]", m->med[si], m->min[si],
+                             m->max[si]);
+                else
+                    snprintf(cell, sizeof cell, "-");
+                fprintf(stderr, " %26s", cell);
+            }
+            if (have_cl)
+                fprintf(stderr, "  %12.0f", cl_med[si] * 1000);
+            fprintf(stderr, "\n");
+        }
+        for (int d = 0; d < nimpl; d++) {
+            if (impls[d].kind != K_DCHAN)
+                continue;
+            fprintf(stderr, "\nratio %s / peer (median / median; < 1: dchan is faster)\n",
+                    label(&impls[d], lb, sizeof lb));
+            fprintf(stderr, "%10s", "size");
+            for (int i = 0; i < nimpl; i++)
+                if (impls[i].kind != K_DCHAN)
+                    fprintf(stderr, " %14s", impls[i].name);
+            fprintf(stderr, "\n");
+            for (int si = 0; si < o.nsizes; si++) {
+                fprintf(stderr, "%10zu", o.sizes[si]);
+                for (int i = 0; i < nimpl; i++) {
+                    if (impls[i].kind == K_DCHAN)
+                        continue;
+                    if (impls[d].valid[si] && impls[i].valid[si] && impls[i].med[si] > 0)
+                        fprintf(stderr, " %14.2f", impls[d].med[si] / impls[i].med[si]);
+                    else
+                        fprintf(stderr, " %14s", "-");
+                }
+                fprintf(stderr, "\n");
+            }
+        }
+        if (have_cl)
+            fprintf(stderr, "\ncacheline one-way at the start: %.1f ns\n", cl_all * 1000);
+    }
+
+    if (have_cl)
+        cacheline_close();
+    for (int i = 0; i < nimpl; i++) {
+        free(impls[i].med);
+        free(impls[i].min);
+        free(impls[i].max);
+        free(impls[i].valid);
+    }
+    free(impls);
+    free(samples);
+    free(cl_med);
+    bench_combos_close(combos, ncombos);
+    MPI_Group_free(&peer_group);
+    free(o.sizes);
+    bench_mpi_finalize();
+    return failed ? 1 : 0;
+}
