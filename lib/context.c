@@ -17,8 +17,11 @@
 #include "handle.h"
 #include "regcache.h"
 
-/* The context whose callback this thread is running, if any. */
-static __thread dchan_ctx_t *tls_cb_ctx;
+/* The context whose callback this thread is running, if any. initial-exec:
+ * one instruction to reach it on the progress path, instead of a call to
+ * __tls_get_addr (libdchan is not meant to be dlopen'ed by a program that
+ * has exhausted its static TLS reserve). */
+static __thread dchan_ctx_t *tls_cb_ctx __attribute__((tls_model("initial-exec")));
 
 uint64_t dchan_now_ns(void)
 {
@@ -164,6 +167,9 @@ static int add_prov(dchan_ctx_t *ctx, struct dchan_prov *p)
     if (ctx->nprovs == DCHAN_MAX_PROVS)
         return DCHAN_ERR_NO_MEMORY;
     ctx->provs[ctx->nprovs++] = p;
+    /* Every poll visits only providers that have something to poll. */
+    if (p->ops->progress != dchan_prov_noop_progress)
+        ctx->polled[ctx->npolled++] = p;
     return DCHAN_SUCCESS;
 }
 
@@ -498,8 +504,8 @@ DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
 int dchan_core_poll_providers(dchan_ctx_t *ctx)
 {
     int rc = 0;
-    for (int i = 0; i < ctx->nprovs; i++) {
-        int r = ctx->provs[i]->ops->progress(ctx->provs[i]);
+    for (int i = 0; i < ctx->npolled; i++) {
+        int r = ctx->polled[i]->ops->progress(ctx->polled[i]);
         if (r < 0 && rc == 0)
             rc = r;
     }
@@ -547,6 +553,8 @@ static void scan_pollq(dchan_ctx_t *ctx)
 
 static int dispatch(dchan_ctx_t *ctx)
 {
+    if (!ctx->fire_head && !ctx->errq_head)
+        return 0; /* the common case of an idle poll */
     dchan_ctx_t *outer = tls_cb_ctx;
     dchan_handle_t *h;
     int n = 0;

@@ -97,6 +97,8 @@ struct dchan_ctx {
 
     struct dchan_prov *provs[DCHAN_MAX_PROVS];
     int nprovs;
+    struct dchan_prov *polled[DCHAN_MAX_PROVS]; /* those with a progress to call */
+    int npolled;
     struct dchan_prov *net;  /* provider for other ranks */
     struct dchan_prov *self; /* provider for this rank's own channels */
 
