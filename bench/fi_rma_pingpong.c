@@ -12,7 +12,11 @@
  *          [--iters 1000] [--warmup 100]
  *
  * The libfabric provider is the first RDM provider offering RMA and remote
- * CQ data, or the one FI_PROVIDER names. Prints one line per size:
+ * CQ data, or the one FI_PROVIDER names. Statistics as in dchan_pingpong,
+ * so that the two compare: the iterations of a size (cut down so that at
+ * most 512 MiB go each way, never below 25) form 25 repetitions; the
+ * median, min and max are over the repetitions' mean one-way times.
+ * Prints one line per size:
  *   RESULT bench=pingpong impl=fi-rma provider=<p> size=<bytes>
  *          oneway_us=<median> min_us=<min> max_us=<max>
  */
@@ -273,7 +277,7 @@ int main(int argc, char **argv)
         fail("posix_memalign", -FI_ENOMEM);
     memset(buf, 0, 2 * half);
     unsigned char *sbuf = buf, *rbuf = buf + half;
-    double *t = calloc((size_t)iters, sizeof *t);
+    double *t = calloc((size_t)(iters > 25 ? iters : 25), sizeof *t);
     struct fab f;
     memset(&f, 0, sizeof f);
     setup(&f, buf, half, 1 - me);
@@ -283,9 +287,17 @@ int main(int argc, char **argv)
 
     for (int k = 0; k < nsizes; k++) {
         size_t len = (size_t)sizes[k];
+        const long reps = 25, budget = 512l << 20;
+        long n = iters, w = warmup;
+        if (n * (long)len > budget) {
+            n = budget / (long)len;
+            w = w * n / iters;
+        }
+        if (n < reps)
+            n = reps;
         MPI_Barrier(MPI_COMM_WORLD);
-        for (long i = -warmup; i < iters; i++) {
-            uint64_t v = ((uint64_t)k << 40) ^ ((uint64_t)(i + warmup) * 2 + 1);
+        for (long i = -w; i < n; i++) {
+            uint64_t v = ((uint64_t)k << 40) ^ ((uint64_t)(i + w) * 2 + 1);
             double t0 = now_us();
             if (me == 0) {
                 stamp(sbuf, len, v);
@@ -304,17 +316,25 @@ int main(int argc, char **argv)
         /* Our last write completes before the buffer is reused. */
         while (f.tx_pending > 0) {
             struct fi_cq_data_entry e;
-            ssize_t n = fi_cq_read(f.cq, &e, 1);
-            if (n == 1 && e.op_context == &f.tx_ctx)
+            ssize_t got = fi_cq_read(f.cq, &e, 1);
+            if (got == 1 && e.op_context == &f.tx_ctx)
                 f.tx_pending--;
-            else if (n < 0 && n != -FI_EAGAIN)
-                fail("fi_cq_read", (int)n);
+            else if (got < 0 && got != -FI_EAGAIN)
+                fail("fi_cq_read", (int)got);
         }
         if (me == 0) {
-            qsort(t, (size_t)iters, sizeof *t, cmp_double);
+            /* Mean of each repetition (a block of iterations), in place. */
+            long per = n / reps;
+            for (long r = 0; r < reps; r++) {
+                double sum = 0;
+                for (long i = r * per; i < (r + 1) * per; i++)
+                    sum += t[i];
+                t[r] = sum / per;
+            }
+            qsort(t, (size_t)reps, sizeof *t, cmp_double);
             printf("RESULT bench=pingpong impl=fi-rma provider=%s size=%zu oneway_us=%.3f "
                    "min_us=%.3f max_us=%.3f\n",
-                   f.info->fabric_attr->prov_name, len, t[iters / 2], t[0], t[iters - 1]);
+                   f.info->fabric_attr->prov_name, len, t[reps / 2], t[0], t[reps - 1]);
             fflush(stdout);
         }
     }

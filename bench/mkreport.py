@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-PEERS = ["mpi-sendrecv", "mpi-put-pscw", "mpi-put-lock"]
+PEERS = ["mpi-sendrecv", "mpi-put-pscw", "mpi-put-lock", "fi-rma shm"]
 
 
 def parse(path):
@@ -48,6 +48,9 @@ def num(v):
 def label(r):
     if r.get("impl", "dchan") == "dchan":
         return "dchan %s/%s" % (r["provider"], r["detect"])
+    # A raw-transport baseline names its transport: fi-rma shm, fi-rma tcp;ofi_rxm.
+    if r.get("provider", "-") != "-":
+        return "%s %s" % (r["impl"], r["provider"])
     return r["impl"]
 
 
@@ -81,7 +84,8 @@ def table(head, rows, align=None):
 def order_labels(labels):
     dchan = sorted(l for l in labels if l.startswith("dchan "))
     rest = [p for p in PEERS if p in labels]
-    return dchan + rest
+    other = sorted(l for l in labels if l not in dchan and l not in rest)
+    return dchan + rest + other
 
 
 # ---- sections ------------------------------------------------------------------------
