@@ -29,8 +29,9 @@
 
 #include <dchan.h>
 
+#include "app.h"
+
 enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
-enum { MODE_MSG, MODE_DCHAN };
 
 /* Faces are numbered so that f ^ 1 is the opposite face. */
 #define OPPOSITE(f) ((f) ^ 1)
@@ -49,10 +50,7 @@ enum { MODE_MSG, MODE_DCHAN };
 struct options {
     int grid[3];
     int procs[3];   /* 0: let MPI_Dims_create choose */
-    int iters;
-    int mode;
-    int verify;
-    int detect;     /* -1: from DCHAN_DETECT (dchan_attr_init) */
+    struct app_common c; /* --iters, --mode, --verify, --detect */
 };
 
 /* One rank's part of the grid. */
@@ -64,38 +62,8 @@ struct block {
     size_t fsize[NFACES]; /* doubles in each face */
 };
 
-static int my_rank;
 
 /* Fatal error after the ranks went their own ways: stop the whole job. */
-static void die(const char *msg)
-{
-    fprintf(stderr, "jacobi3d: rank %d: %s\n", my_rank, msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1); /* not reached */
-}
-
-static void die_dchan(const char *what, int rc)
-{
-    char msg[256];
-
-    snprintf(msg, sizeof msg, "%s: %s", what, dchan_strerror(rc));
-    die(msg);
-}
-
-static void *xalloc(size_t count)
-{
-    /* 64-byte alignment keeps rows vectorisable and satisfies SENTINEL's
-     * 8-byte alignment rule for every receive buffer. */
-    size_t bytes = (count * sizeof(double) + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, bytes ? bytes : 64);
-
-    if (!p)
-        die("out of memory");
-    return p;
-}
-
-/* ---- problem definition -------------------------------------------------- */
-
 /* Fixed value on the boundary layer; global indices run from -1 to N. */
 static double boundary_value(const int grid[3], long gi, long gj, long gk)
 {
@@ -262,22 +230,6 @@ struct comm {
     MPI_Request rreq[2][NFACES], sreq[2][NFACES]; /* msg mode */
 };
 
-static volatile int async_error;
-
-/* Counts the faces of one parity that have arrived. */
-static void on_arrival(dchan_handle_t *h, void *arg)
-{
-    (void)h;
-    (*(int *)arg)++;
-}
-
-static void on_error(dchan_handle_t *h, int rc, void *arg)
-{
-    (void)h;
-    (void)arg;
-    fprintf(stderr, "jacobi3d: rank %d: channel error: %s\n", my_rank, dchan_strerror(rc));
-    async_error = rc;
-}
 
 static void faces_of(const struct block *b, const struct comm *cm, int parity,
                      const double *face[NFACES])
@@ -353,11 +305,11 @@ static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct comm 
             if (b->nb[f] < 0)
                 continue;
             rc = dchan_create_handle(ctx, b->nb[f], cm->recv[p][f], b->fsize[f] * sizeof(double),
-                                     SENTINEL_OOB, on_arrival, &ch->arrived[p], &ch->rh[p][f]);
+                                     SENTINEL_OOB, app_count_arrival, &ch->arrived[p], &ch->rh[p][f]);
             if (rc == DCHAN_SUCCESS)
                 rc = dchan_handle_export(ch->rh[p][f], &mine[p][f]);
             if (rc != DCHAN_SUCCESS)
-                die_dchan("dchan_create_handle", rc);
+                app_die_dchan("dchan_create_handle", rc);
             MPI_Isend(&mine[p][f], sizeof mine[p][f], MPI_BYTE, b->nb[f], 2 * f + p,
                       MPI_COMM_WORLD, &req[nreq++]);
             MPI_Irecv(&theirs[p][f], sizeof theirs[p][f], MPI_BYTE, b->nb[f],
@@ -372,20 +324,9 @@ static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct comm 
             rc = dchan_assoc_local(ctx, &theirs[p][f], cm->pack[p][f],
                                    b->fsize[f] * sizeof(double), &ch->sh[p][f]);
             if (rc != DCHAN_SUCCESS)
-                die_dchan("dchan_assoc_local", rc);
+                app_die_dchan("dchan_assoc_local", rc);
         }
     }
-}
-
-/* Waits until the last put from a pack buffer no longer reads it. */
-static void wait_put_done(dchan_handle_t *sh)
-{
-    int rc;
-
-    while ((rc = dchan_put_test(sh)) == 0)
-        ;
-    if (rc < 0)
-        die_dchan("dchan_put_test", rc);
 }
 
 /*
@@ -422,19 +363,19 @@ static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm
         for (int f = 0; f < NFACES; f++) {
             if (!ch->sh[p][f])
                 continue;
-            wait_put_done(ch->sh[p][f]);
+            app_wait_put_done(ch->sh[p][f]);
             pack_face(b, *u, f, cm->pack[p][f]);
             if ((rc = dchan_put(ch->sh[p][f])) != DCHAN_SUCCESS)
-                die_dchan("dchan_put", rc);
+                app_die_dchan("dchan_put", rc);
         }
         /* Faces of iteration it+1 may arrive too (neighbours ahead of us):
          * they count into the other parity's counter. */
         while (ch->arrived[p] < cm->nneigh) {
             rc = dchan_wait(ctx, WAIT_TIMEOUT_MS);
             if (rc < 0)
-                die_dchan("waiting for neighbour faces", rc);
-            if (async_error)
-                die_dchan("channel", async_error);
+                app_die_dchan("waiting for neighbour faces", rc);
+            if (app_async_error)
+                app_die_dchan("channel", app_async_error);
         }
         faces_of(b, cm, p, face);
         res = sweep(b, *u, *v, face, it == iters - 1);
@@ -443,7 +384,7 @@ static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm
         ch->arrived[p] = 0;
         for (int f = 0; f < NFACES; f++)
             if (ch->rh[p][f] && (rc = dchan_ready(ch->rh[p][f])) != DCHAN_SUCCESS)
-                die_dchan("dchan_ready", rc);
+                app_die_dchan("dchan_ready", rc);
         double *t = *u;
         *u = *v;
         *v = t;
@@ -459,7 +400,7 @@ static void teardown_channels(struct channels *ch)
     for (int p = 0; p < 2; p++)
         for (int f = 0; f < NFACES; f++)
             if (ch->sh[p][f])
-                wait_put_done(ch->sh[p][f]);
+                app_wait_put_done(ch->sh[p][f]);
     MPI_Barrier(MPI_COMM_WORLD);
     for (int p = 0; p < 2; p++)
         for (int f = 0; f < NFACES; f++) {
@@ -482,12 +423,12 @@ static int verify(const struct options *o, const struct block *b, const double *
     int *counts = NULL, *displs = NULL, ok = 0;
     double *all = NULL, maxdiff = 0.0;
 
-    if (my_rank == 0) {
+    if (app_rank == 0) {
         counts = malloc(nranks * sizeof *counts);
         displs = malloc(nranks * sizeof *displs);
-        all = xalloc(total);
+        all = app_xalloc(total);
         if (!counts || !displs)
-            die("out of memory");
+            app_die("out of memory");
         size_t at = 0;
         for (int r = 0; r < nranks; r++) {
             struct block rb;
@@ -499,21 +440,21 @@ static int verify(const struct options *o, const struct block *b, const double *
     }
     MPI_Gatherv(u, (int)local, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 
-    if (my_rank == 0) {
+    if (app_rank == 0) {
         /* The serial reference: one block covering the whole grid. */
         struct block g;
-        double *s = xalloc(total), *t = xalloc(total), *bface[NFACES];
+        double *s = app_xalloc(total), *t = app_xalloc(total), *bface[NFACES];
         const double *face[NFACES];
         int one[3] = { 1, 1, 1 };
 
         block_init(&g, o->grid, one, 0);
         for (int f = 0; f < NFACES; f++) {
-            bface[f] = xalloc(g.fsize[f]);
+            bface[f] = app_xalloc(g.fsize[f]);
             fill_boundary_face(&g, o->grid, f, bface[f]);
             face[f] = bface[f];
         }
         memset(s, 0, total * sizeof *s);
-        for (int it = 0; it < o->iters; it++) {
+        for (int it = 0; it < o->c.iters; it++) {
             sweep(&g, s, t, face, 0);
             double *x = s;
             s = t;
@@ -599,14 +540,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "verify", no_argument, NULL, 'v' },      { "detect", required_argument, NULL, 'd' },
         { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 }
     };
-    static const char *detects[] = { "auto", "sentinel", "flag", "event" };
     int c;
 
-    *o = (struct options){ .grid = { 64, 64, 64 }, .iters = 100, .mode = MODE_DCHAN, .detect = -1 };
+    *o = (struct options){ .grid = { 64, 64, 64 },
+                           .c = { .iters = 100, .mode = MODE_DCHAN, .detect = -1 } };
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *bad = NULL;
-        char *end;
 
         switch (c) {
         case 'g':
@@ -617,51 +557,26 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (parse_triple(optarg, o->procs))
                 bad = "--procs wants PX,PY,PZ, three positive integers";
             break;
-        case 'i': {
-            long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end || v < 1 || v > INT_MAX)
-                bad = "--iters wants a positive integer";
-            else
-                o->iters = (int)v;
-            break;
-        }
-        case 'm':
-            if (!strcmp(optarg, "msg"))
-                o->mode = MODE_MSG;
-            else if (!strcmp(optarg, "dchan"))
-                o->mode = MODE_DCHAN;
-            else
-                bad = "--mode wants msg or dchan";
-            break;
-        case 'v':
-            o->verify = 1;
-            break;
-        case 'd':
-            o->detect = -2;
-            for (int i = 0; i < 4; i++)
-                if (!strcmp(optarg, detects[i]))
-                    o->detect = i; /* DCHAN_DETECT_AUTO .. _EVENT are 0 .. 3 */
-            if (o->detect == -2)
-                bad = "--detect wants auto, sentinel, flag or event";
-            break;
         case 'h':
-            if (my_rank == 0)
+            if (app_rank == 0)
                 usage(stdout);
             return 1;
         default:
+            if (app_common_option(c, optarg, &o->c, &bad))
+                break;
             bad = "unknown option or missing argument (see --help)";
-            if (my_rank == 0)
+            if (app_rank == 0)
                 fprintf(stderr, "jacobi3d: %s: %s\n", argv[optind - 1], bad);
             return -1;
         }
         if (bad) {
-            if (my_rank == 0)
+            if (app_rank == 0)
                 fprintf(stderr, "jacobi3d: %s\n", bad);
             return -1;
         }
     }
     if (optind < argc) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "jacobi3d: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
     }
@@ -673,7 +588,7 @@ static int check_decomposition(struct options *o, int nranks)
     if (o->procs[0] == 0)
         MPI_Dims_create(nranks, 3, o->procs);
     if ((long long)o->procs[0] * o->procs[1] * o->procs[2] != nranks) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "jacobi3d: --procs %d,%d,%d needs %lld ranks, but the job has %d\n",
                     o->procs[0], o->procs[1], o->procs[2],
                     (long long)o->procs[0] * o->procs[1] * o->procs[2], nranks);
@@ -681,29 +596,19 @@ static int check_decomposition(struct options *o, int nranks)
     }
     for (int d = 0; d < 3; d++) {
         if (o->grid[d] < o->procs[d]) {
-            if (my_rank == 0)
+            if (app_rank == 0)
                 fprintf(stderr, "jacobi3d: grid %d along %c cannot be split over %d ranks\n",
                         o->grid[d], "xyz"[d], o->procs[d]);
             return -1;
         }
     }
-    if (o->verify && (double)o->grid[0] * o->grid[1] * o->grid[2] > INT_MAX) {
-        if (my_rank == 0)
+    if (o->c.verify && (double)o->grid[0] * o->grid[1] * o->grid[2] > INT_MAX) {
+        if (app_rank == 0)
             fprintf(stderr, "jacobi3d: --verify gathers the grid on rank 0; %d,%d,%d is too large\n",
                     o->grid[0], o->grid[1], o->grid[2]);
         return -1;
     }
     return 0;
-}
-
-static const char *detect_name(int d)
-{
-    switch (d) {
-    case DCHAN_DETECT_SENTINEL: return "sentinel";
-    case DCHAN_DETECT_FLAG: return "flag";
-    case DCHAN_DETECT_EVENT: return "event";
-    default: return "auto";
-    }
 }
 
 int main(int argc, char **argv)
@@ -717,8 +622,9 @@ int main(int argc, char **argv)
     double elapsed = 0.0;
     int nranks, rc;
 
+    app_name = "jacobi3d";
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+    MPI_Comm_rank(MPI_COMM_WORLD, &app_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
     /* Every rank parses the same arguments and reaches the same verdict. */
@@ -730,17 +636,17 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
 
-    block_init(&b, o.grid, o.procs, my_rank);
+    block_init(&b, o.grid, o.procs, app_rank);
     memset(&cm, 0, sizeof cm);
     for (int f = 0; f < NFACES; f++) {
         if (b.nb[f] >= 0) {
             cm.nneigh++;
             for (int p = 0; p < 2; p++) {
-                cm.pack[p][f] = xalloc(b.fsize[f]);
-                cm.recv[p][f] = xalloc(b.fsize[f]);
+                cm.pack[p][f] = app_xalloc(b.fsize[f]);
+                cm.recv[p][f] = app_xalloc(b.fsize[f]);
             }
         } else {
-            cm.bface[f] = xalloc(b.fsize[f]);
+            cm.bface[f] = app_xalloc(b.fsize[f]);
             fill_boundary_face(&b, o.grid, f, cm.bface[f]);
         }
     }
@@ -748,54 +654,42 @@ int main(int argc, char **argv)
         for (int f = 0; f < NFACES; f++)
             cm.rreq[p][f] = cm.sreq[p][f] = MPI_REQUEST_NULL;
     const size_t local = (size_t)b.n[0] * b.n[1] * b.n[2];
-    double *u = xalloc(local), *v = xalloc(local);
+    double *u = app_xalloc(local), *v = app_xalloc(local);
     memset(u, 0, local * sizeof *u);
     memset(v, 0, local * sizeof *v);
 
-    if (o.mode == MODE_DCHAN) {
-        dchan_attr_t attr;
-
-        dchan_attr_init(&attr);
-        if (o.detect >= 0)
-            attr.detect = o.detect;
-        attr.error_fn = on_error;
-        rc = dchan_init(&attr, &ctx);
-        if (rc != DCHAN_SUCCESS) {
-            fprintf(stderr, "jacobi3d: rank %d: dchan_init: %s%s\n", my_rank, dchan_strerror(rc),
-                    rc == DCHAN_ERR_UNSUPPORTED ? " (is the detection mode offered by the "
-                                                  "provider? see dchan_info)" : "");
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+    if (o.c.mode == MODE_DCHAN) {
+        ctx = app_dchan_init(&o.c);
         provider = dchan_provider_name(ctx);
         setup_channels(ctx, &b, &cm, &ch);
     }
-    if (my_rank == 0) {
+    if (app_rank == 0) {
         char how[128] = "";
-        if (o.mode == MODE_DCHAN) {
+        if (o.c.mode == MODE_DCHAN) {
             int d = -1;
             for (int f = 0; f < NFACES && d < 0; f++)
                 if (ch.rh[0][f])
                     d = dchan_handle_detect(ch.rh[0][f]);
             snprintf(how, sizeof how, ", provider %s, detection %s", provider,
-                     d >= 0 ? detect_name(d) : "none (no neighbours)");
+                     d >= 0 ? app_detect_name(d) : "none (no neighbours)");
         }
         /* One write, so that the line stays whole in mpirun's output. */
         fprintf(stderr, "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d), %d iterations, mode %s%s\n",
                 o.grid[0], o.grid[1], o.grid[2], nranks, o.procs[0], o.procs[1], o.procs[2],
-                o.iters, o.mode == MODE_MSG ? "msg" : "dchan", how);
+                o.c.iters, o.c.mode == MODE_MSG ? "msg" : "dchan", how);
     }
 
     /* Iteration 0 is not timed when there are more: it pays for first
      * contact (connections, first touch of buffers) in either mode. */
-    const int untimed = o.iters > 1;
+    const int untimed = o.c.iters > 1;
     double res = 0.0;
     for (int pass = !untimed; pass < 2; pass++) {
-        const int first = pass ? untimed : 0, end = pass ? o.iters : 1;
+        const int first = pass ? untimed : 0, end = pass ? o.c.iters : 1;
         if (pass)
             MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        res = o.mode == MODE_MSG ? run_msg(&b, &cm, &u, &v, first, end, o.iters)
-                                 : run_dchan(ctx, &b, &cm, &ch, &u, &v, first, end, o.iters);
+        res = o.c.mode == MODE_MSG ? run_msg(&b, &cm, &u, &v, first, end, o.c.iters)
+                                 : run_dchan(ctx, &b, &cm, &ch, &u, &v, first, end, o.c.iters);
         elapsed = MPI_Wtime() - t0;
     }
     double slowest, sum_res;
@@ -806,19 +700,19 @@ int main(int argc, char **argv)
     const char *verified = "skipped";
     double maxdiff = 0.0;
     int failed = 0;
-    if (o.verify) {
+    if (o.c.verify) {
         int ok = verify(&o, &b, u, nranks, &maxdiff);
         verified = ok ? "yes" : "no";
         failed = !ok;
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "jacobi3d: largest difference from the serial run: %.3e (%s)\n",
                     maxdiff, ok ? "verified" : "NOT verified");
     }
-    if (my_rank == 0) {
+    if (app_rank == 0) {
         printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d "
                "iters=%d iter_time_s=%.6e residual=%.6e verified=%s\n",
-               provider, o.mode == MODE_MSG ? "msg" : "dchan", nranks, o.grid[0], o.grid[1],
-               o.grid[2], o.procs[0], o.procs[1], o.procs[2], o.iters, slowest / (o.iters - untimed),
+               provider, o.c.mode == MODE_MSG ? "msg" : "dchan", nranks, o.grid[0], o.grid[1],
+               o.grid[2], o.procs[0], o.procs[1], o.procs[2], o.c.iters, slowest / (o.c.iters - untimed),
                sqrt(sum_res), verified);
         fflush(stdout);
     }
@@ -826,7 +720,7 @@ int main(int argc, char **argv)
     if (ctx) {
         teardown_channels(&ch);
         if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
-            fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", my_rank, dchan_strerror(rc));
+            fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
     }
     for (int f = 0; f < NFACES; f++) {
         free(cm.bface[f]);

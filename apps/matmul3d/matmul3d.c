@@ -37,11 +37,12 @@
 
 #include <dchan.h>
 
+#include "app.h"
+
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 void openblas_set_num_threads(int num_threads);
 #endif
 
-enum { MODE_MSG, MODE_DCHAN };
 enum { KIND_A, KIND_B, KIND_C, NKINDS };
 
 /* A signalling NaN: no arithmetic produces it, so no strip ends with it. */
@@ -50,10 +51,7 @@ enum { KIND_A, KIND_B, KIND_C, NKINDS };
 
 struct options {
     long n;
-    int iters;
-    int mode;
-    int verify;
-    int detect; /* -1: from DCHAN_DETECT */
+    struct app_common c; /* --iters, --mode, --verify, --detect */
 };
 
 /* This rank's place in the q x q x q grid and the sizes derived from n. */
@@ -63,35 +61,6 @@ struct geom {
     size_t blk, strip;  /* doubles in a block, in a strip */
 };
 
-static int my_rank;
-static volatile int async_error;
-
-static void die(const char *msg)
-{
-    fprintf(stderr, "matmul3d: rank %d: %s\n", my_rank, msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1); /* not reached */
-}
-
-static void die_dchan(const char *what, int rc)
-{
-    char msg[256];
-
-    snprintf(msg, sizeof msg, "%s: %s", what, dchan_strerror(rc));
-    die(msg);
-}
-
-static double *xalloc(size_t count)
-{
-    /* 64-byte alignment for dgemm, and every strip stays 8-byte aligned
-     * as SENTINEL detection requires. */
-    size_t bytes = (count * sizeof(double) + 63) & ~(size_t)63;
-    double *p = aligned_alloc(64, bytes ? bytes : 64);
-
-    if (!p)
-        die("out of memory");
-    return p;
-}
 
 static int rank_of(int q, int x, int y, int z)
 {
@@ -166,13 +135,13 @@ struct bufs {
 static void alloc_bufs(const struct geom *g, struct bufs *bu)
 {
     for (int p = 0; p < 2; p++) {
-        bu->a[p] = xalloc(g->blk);
-        bu->b[p] = xalloc(g->blk);
-        bu->cpart[p] = xalloc(g->blk);
-        bu->crecv[p] = xalloc(g->blk);
+        bu->a[p] = app_xalloc(g->blk);
+        bu->b[p] = app_xalloc(g->blk);
+        bu->cpart[p] = app_xalloc(g->blk);
+        bu->crecv[p] = app_xalloc(g->blk);
         memset(bu->crecv[p], 0, g->blk * sizeof(double));
     }
-    bu->cown = xalloc(g->strip);
+    bu->cown = app_xalloc(g->strip);
 }
 
 static void free_bufs(struct bufs *bu)
@@ -224,20 +193,6 @@ struct channels {
     int arrived[NKINDS][2];
 };
 
-static void on_arrival(dchan_handle_t *h, void *arg)
-{
-    (void)h;
-    (*(int *)arg)++;
-}
-
-static void on_error(dchan_handle_t *h, int rc, void *arg)
-{
-    (void)h;
-    (void)arg;
-    fprintf(stderr, "matmul3d: rank %d: channel error: %s\n", my_rank, dchan_strerror(rc));
-    async_error = rc;
-}
-
 /* Where a strip from index t of a line of kind k lands, and what this rank
  * sends to index t. */
 static double *recv_place(const struct geom *g, struct bufs *bu, int k, int p, int t)
@@ -264,13 +219,13 @@ static void setup_channels(dchan_ctx_t *ctx, const struct geom *g, struct bufs *
     int nreq = 0, rc;
 
     if (!mine || !theirs || !req)
-        die("out of memory");
+        app_die("out of memory");
     for (int k = 0; k < NKINDS; k++) {
         for (int p = 0; p < 2; p++) {
             ch->rh[k][p] = calloc(q, sizeof(dchan_handle_t *));
             ch->sh[k][p] = calloc(q, sizeof(dchan_handle_t *));
             if (!ch->rh[k][p] || !ch->sh[k][p])
-                die("out of memory");
+                app_die("out of memory");
             ch->arrived[k][p] = 0;
             for (int t = 0; t < q; t++) {
                 const int i = (k * 2 + p) * q + t, peer = line_peer(g, k, t);
@@ -278,12 +233,12 @@ static void setup_channels(dchan_ctx_t *ctx, const struct geom *g, struct bufs *
                 if (t == line_index(g, k))
                     continue;
                 rc = dchan_create_handle(ctx, peer, recv_place(g, bu, k, p, t),
-                                         g->strip * sizeof(double), SENTINEL_OOB, on_arrival,
+                                         g->strip * sizeof(double), SENTINEL_OOB, app_count_arrival,
                                          &ch->arrived[k][p], &ch->rh[k][p][t]);
                 if (rc == DCHAN_SUCCESS)
                     rc = dchan_handle_export(ch->rh[k][p][t], &mine[i]);
                 if (rc != DCHAN_SUCCESS)
-                    die_dchan("dchan_create_handle", rc);
+                    app_die_dchan("dchan_create_handle", rc);
                 /* Two ranks share at most one line, so kind and parity
                  * make the tag unique. */
                 MPI_Isend(&mine[i], sizeof mine[i], MPI_BYTE, peer, k * 2 + p, MPI_COMM_WORLD,
@@ -303,28 +258,18 @@ static void setup_channels(dchan_ctx_t *ctx, const struct geom *g, struct bufs *
                                        send_place(g, bu, k, p, t), g->strip * sizeof(double),
                                        &ch->sh[k][p][t]);
                 if (rc != DCHAN_SUCCESS)
-                    die_dchan("dchan_assoc_local", rc);
+                    app_die_dchan("dchan_assoc_local", rc);
             }
     free(mine);
     free(theirs);
     free(req);
 }
 
-static void wait_put_done(dchan_handle_t *sh)
-{
-    int rc;
-
-    while ((rc = dchan_put_test(sh)) == 0)
-        ;
-    if (rc < 0)
-        die_dchan("dchan_put_test", rc);
-}
-
 static void wait_all_puts(const struct channels *ch, int k, int p, int q)
 {
     for (int t = 0; t < q; t++)
         if (ch->sh[k][p][t])
-            wait_put_done(ch->sh[k][p][t]);
+            app_wait_put_done(ch->sh[k][p][t]);
 }
 
 static void put_all(const struct channels *ch, int k, int p, int q)
@@ -333,7 +278,7 @@ static void put_all(const struct channels *ch, int k, int p, int q)
 
     for (int t = 0; t < q; t++)
         if (ch->sh[k][p][t] && (rc = dchan_put(ch->sh[k][p][t])) != DCHAN_SUCCESS)
-            die_dchan("dchan_put", rc);
+            app_die_dchan("dchan_put", rc);
 }
 
 static void rearm_all(struct channels *ch, int k, int p, int q)
@@ -343,7 +288,7 @@ static void rearm_all(struct channels *ch, int k, int p, int q)
     ch->arrived[k][p] = 0;
     for (int t = 0; t < q; t++)
         if (ch->rh[k][p][t] && (rc = dchan_ready(ch->rh[k][p][t])) != DCHAN_SUCCESS)
-            die_dchan("dchan_ready", rc);
+            app_die_dchan("dchan_ready", rc);
 }
 
 static void wait_arrivals(dchan_ctx_t *ctx, const volatile int *c1, const volatile int *c2,
@@ -352,9 +297,9 @@ static void wait_arrivals(dchan_ctx_t *ctx, const volatile int *c1, const volati
     while (*c1 + (c2 ? *c2 : 0) < want) {
         int rc = dchan_wait(ctx, WAIT_TIMEOUT_MS);
         if (rc < 0)
-            die_dchan("waiting for strips", rc);
-        if (async_error)
-            die_dchan("channel", async_error);
+            app_die_dchan("waiting for strips", rc);
+        if (app_async_error)
+            app_die_dchan("channel", app_async_error);
     }
 }
 
@@ -446,12 +391,12 @@ static int verify(const struct geom *g, const struct bufs *bu, long n, int m, in
     double *all = NULL, maxdiff = 0.0;
     int ok = 0;
 
-    if (my_rank == 0)
-        all = xalloc(g->strip * nranks);
+    if (app_rank == 0)
+        all = app_xalloc(g->strip * nranks);
     MPI_Gather(bu->cown, (int)g->strip, MPI_DOUBLE, all, (int)g->strip, MPI_DOUBLE, 0,
                MPI_COMM_WORLD);
-    if (my_rank == 0) {
-        double *a = xalloc((size_t)n * n), *b = xalloc((size_t)n * n), *c = xalloc((size_t)n * n);
+    if (app_rank == 0) {
+        double *a = app_xalloc((size_t)n * n), *b = app_xalloc((size_t)n * n), *c = app_xalloc((size_t)n * n);
 
         for (long i = 0; i < n; i++)
             for (long j = 0; j < n; j++) {
@@ -523,10 +468,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "detect", required_argument, NULL, 'd' }, { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    static const char *detects[] = { "auto", "sentinel", "flag", "event" };
     int c;
 
-    *o = (struct options){ .n = 256, .iters = 4, .mode = MODE_DCHAN, .detect = -1 };
+    *o = (struct options){ .n = 256, .c = { .iters = 4, .mode = MODE_DCHAN, .detect = -1 } };
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *bad = NULL;
@@ -541,50 +485,26 @@ static int parse_args(int argc, char **argv, struct options *o)
             else
                 o->n = v;
             break;
-        case 'i':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end || v < 1 || v > INT_MAX)
-                bad = "--iters wants a positive integer";
-            else
-                o->iters = (int)v;
-            break;
-        case 'm':
-            if (!strcmp(optarg, "msg"))
-                o->mode = MODE_MSG;
-            else if (!strcmp(optarg, "dchan"))
-                o->mode = MODE_DCHAN;
-            else
-                bad = "--mode wants msg or dchan";
-            break;
-        case 'v':
-            o->verify = 1;
-            break;
-        case 'd':
-            o->detect = -2;
-            for (int i = 0; i < 4; i++)
-                if (!strcmp(optarg, detects[i]))
-                    o->detect = i; /* DCHAN_DETECT_AUTO .. _EVENT are 0 .. 3 */
-            if (o->detect == -2)
-                bad = "--detect wants auto, sentinel, flag or event";
-            break;
         case 'h':
-            if (my_rank == 0)
+            if (app_rank == 0)
                 usage(stdout);
             return 1;
         default:
-            if (my_rank == 0)
+            if (app_common_option(c, optarg, &o->c, &bad))
+                break;
+            if (app_rank == 0)
                 fprintf(stderr, "matmul3d: %s: unknown option or missing argument (see --help)\n",
                         argv[optind - 1]);
             return -1;
         }
         if (bad) {
-            if (my_rank == 0)
+            if (app_rank == 0)
                 fprintf(stderr, "matmul3d: %s\n", bad);
             return -1;
         }
     }
     if (optind < argc) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "matmul3d: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
     }
@@ -596,34 +516,34 @@ static int make_geom(const struct options *o, int nranks, struct geom *g)
     int q = (int)lround(cbrt((double)nranks));
 
     if ((long)q * q * q != nranks) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "matmul3d: needs q^3 ranks (1, 8, 27, 64, ...), not %d\n", nranks);
         return -1;
     }
     if (o->n % ((long)q * q)) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr,
                     "matmul3d: --n %ld is not a multiple of q^2 = %d: on %d ranks each %ld-row "
                     "block is split into %d row strips\n",
                     o->n, q * q, nranks, o->n / q, q);
         return -1;
     }
-    if (o->verify && o->n > 8192) {
-        if (my_rank == 0)
+    if (o->c.verify && o->n > 8192) {
+        if (app_rank == 0)
             fprintf(stderr, "matmul3d: --verify builds the whole product on rank 0; --n %ld is "
                             "too large (at most 8192)\n", o->n);
         return -1;
     }
     g->q = q;
-    g->x = my_rank / (q * q);
-    g->y = my_rank / q % q;
-    g->z = my_rank % q;
+    g->x = app_rank / (q * q);
+    g->y = app_rank / q % q;
+    g->z = app_rank % q;
     g->b = (int)(o->n / q);
     g->s = g->b / q;
     g->blk = (size_t)g->b * g->b;
     g->strip = (size_t)g->s * g->b;
     if (g->strip > INT_MAX) {
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "matmul3d: --n %ld makes strips too large for MPI counts\n", o->n);
         return -1;
     }
@@ -641,8 +561,9 @@ int main(int argc, char **argv)
     const char *provider = "mpi";
     int nranks, rc;
 
+    app_name = "matmul3d";
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+    MPI_Comm_rank(MPI_COMM_WORLD, &app_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
 
     rc = parse_args(argc, argv, &o);
@@ -659,40 +580,28 @@ int main(int argc, char **argv)
 #endif
     alloc_bufs(&g, &bu);
 
-    if (o.mode == MODE_DCHAN) {
-        dchan_attr_t attr;
-
-        dchan_attr_init(&attr);
-        if (o.detect >= 0)
-            attr.detect = o.detect;
-        attr.error_fn = on_error;
-        rc = dchan_init(&attr, &ctx);
-        if (rc != DCHAN_SUCCESS) {
-            fprintf(stderr, "matmul3d: rank %d: dchan_init: %s%s\n", my_rank, dchan_strerror(rc),
-                    rc == DCHAN_ERR_UNSUPPORTED ? " (is the detection mode offered by the "
-                                                  "provider? see dchan_info)" : "");
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        }
+    if (o.c.mode == MODE_DCHAN) {
+        ctx = app_dchan_init(&o.c);
         provider = dchan_provider_name(ctx);
         setup_channels(ctx, &g, &bu, &ch);
     } else {
         split_lines(&g, line);
     }
-    if (my_rank == 0)
+    if (app_rank == 0)
         fprintf(stderr, "matmul3d: n %ld on %d ranks (q %d, blocks %d, strips %d rows), "
                 "%d+1 multiplies, mode %s, provider %s\n",
-                o.n, nranks, g.q, g.b, g.s, o.iters, o.mode == MODE_MSG ? "msg" : "dchan",
+                o.n, nranks, g.q, g.b, g.s, o.c.iters, o.c.mode == MODE_MSG ? "msg" : "dchan",
                 provider);
 
     /* One extra multiply first, not timed: it pays for first contact
      * (connections, BLAS start-up, first touch) in either mode. */
     double elapsed = 0.0, slowest;
     for (int pass = 0; pass < 2; pass++) {
-        const int first = pass ? 1 : 0, end = pass ? o.iters + 1 : 1;
+        const int first = pass ? 1 : 0, end = pass ? o.c.iters + 1 : 1;
         if (pass)
             MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
-        if (o.mode == MODE_MSG)
+        if (o.c.mode == MODE_MSG)
             run_msg(&g, &bu, line, first, end);
         else
             run_dchan(ctx, &g, &bu, &ch, first, end);
@@ -702,21 +611,21 @@ int main(int argc, char **argv)
 
     const char *verified = "skipped";
     int failed = 0;
-    if (o.verify) {
+    if (o.c.verify) {
         double maxdiff;
-        int ok = verify(&g, &bu, o.n, o.iters, nranks, &maxdiff);
+        int ok = verify(&g, &bu, o.n, o.c.iters, nranks, &maxdiff);
 
         verified = ok ? "yes" : "no";
         failed = !ok;
-        if (my_rank == 0)
+        if (app_rank == 0)
             fprintf(stderr, "matmul3d: largest difference from the serial product: %.3e (%s)\n",
                     maxdiff, ok ? "verified" : "NOT verified");
     }
-    if (my_rank == 0) {
-        double t = slowest / o.iters;
+    if (app_rank == 0) {
+        double t = slowest / o.c.iters;
         printf("RESULT app=matmul3d provider=%s mode=%s ranks=%d n=%ld time_s=%.6e gflops=%.3f "
                "verified=%s\n",
-               provider, o.mode == MODE_MSG ? "msg" : "dchan", nranks, o.n, t,
+               provider, o.c.mode == MODE_MSG ? "msg" : "dchan", nranks, o.n, t,
                2.0 * o.n * o.n * o.n / t / 1e9, verified);
         fflush(stdout);
     }
@@ -724,7 +633,7 @@ int main(int argc, char **argv)
     if (ctx) {
         teardown_channels(&ch, g.q);
         if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
-            fprintf(stderr, "matmul3d: rank %d: dchan_finalize: %s\n", my_rank, dchan_strerror(rc));
+            fprintf(stderr, "matmul3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
     } else {
         for (int k = 0; k < NKINDS; k++)
             MPI_Comm_free(&line[k]);
