@@ -16,103 +16,14 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifdef USE_MPI
-#include <mpi.h>
-#endif
-
-#include <dchan.h>
 
 #define OOB 0xa5a5a5a5a5a5a5a5ull
+#include "mptest.h"
+
 #define MAXCH 64
 
-static int me = -1, nranks;
 static int detect_mode;
 static unsigned long long t_limit_ns = 120ull * 1000000000ull;
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "mp_exchange[%d]: FAIL: ", me);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-#ifdef USE_MPI
-    MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-    exit(1);
-}
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0)                                                                       \
-            die("%s:%d: %s: %s", __FILE__, __LINE__, #call, dchan_strerror(rc_));           \
-    } while (0)
-
-#define EXPECT(call, want)                                                                 \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != (want))                                                                 \
-            die("%s:%d: %s returned %d (%s), expected %s", __FILE__, __LINE__, #call, rc_, \
-                dchan_strerror(rc_), #want);                                               \
-    } while (0)
-
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-/* ---- patterns --------------------------------------------------------------- */
-
-static uint64_t word_of(int sender, int chan, long iter, size_t k)
-{
-    uint64_t x = ((uint64_t)(unsigned)sender << 48) ^ ((uint64_t)(unsigned)chan << 36) ^
-                 ((uint64_t)iter << 8) ^ (k * 0x9e3779b97f4a7c15ull);
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    return x == OOB ? x ^ 1 : x;
-}
-
-static void fill(unsigned char *b, size_t n, int sender, int chan, long iter)
-{
-    size_t words = n / 8;
-    uint64_t w;
-    for (size_t k = 0; k < words; k++) {
-        w = word_of(sender, chan, iter, k);
-        memcpy(b + 8 * k, &w, 8);
-    }
-    w = word_of(sender, chan, iter, words);
-    memcpy(b + 8 * words, &w, n % 8);
-}
-
-static void verify(const unsigned char *b, size_t n, int sender, int chan, long iter)
-{
-    size_t words = n / 8;
-    uint64_t w, got;
-    for (size_t k = 0; k < words; k++) {
-        w = word_of(sender, chan, iter, k);
-        memcpy(&got, b + 8 * k, 8);
-        if (got != w)
-            die("data from rank %d channel %d iteration %ld: word %zu of %zu is %016llx, "
-                "expected %016llx",
-                sender, chan, iter, k, words, (unsigned long long)got, (unsigned long long)w);
-    }
-    w = word_of(sender, chan, iter, words);
-    if (n % 8 && memcmp(b + 8 * words, &w, n % 8) != 0)
-        die("data from rank %d channel %d iteration %ld: tail bytes differ", sender, chan, iter);
-}
 
 /* ---- channels ------------------------------------------------------------------ */
 
@@ -143,15 +54,6 @@ static void on_error(dchan_handle_t *h, int rc, void *arg)
 static size_t round_size(size_t n)
 {
     return detect_mode == DCHAN_DETECT_SENTINEL ? (n < 8 ? 8 : (n + 7) & ~(size_t)7) : n;
-}
-
-static unsigned char *xalloc(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n ? n : 1))
-        die("out of memory (%zu bytes)", n);
-    memset(p, 0, n);
-    return p;
 }
 
 /*
@@ -666,6 +568,7 @@ int main(int argc, char **argv)
         {"bad", no_argument, 0, 'b'}, {"wire-out", required_argument, 0, 'o'},
         {"wire-in", required_argument, 0, 'n'}, {0, 0, 0, 0}};
 
+    mpt_prog = "mp_exchange";
 #ifdef USE_MPI
     MPI_Init(&argc, &argv);
 #endif

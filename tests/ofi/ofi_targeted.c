@@ -33,95 +33,16 @@
 #include "config.h"
 
 #include <getopt.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#ifdef USE_MPI
-#include <mpi.h>
-#endif
-
-#include <dchan.h>
-
-#include "wire.h"
 
 #define OOB 0x5a5a5a5a5a5a5a5aull
+#include "mptest.h"
+#include "wire.h"
+
 #define MAXSIZES 16
 
-static int me = -1, nranks, detect;
+static int detect;
 static long iters = 100;
 static unsigned long long limit_ns = 120ull * 1000000000ull;
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "ofi_targeted[%d]: FAIL: ", me);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-#ifdef USE_MPI
-    MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-    exit(1);
-}
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0)                                                                       \
-            die("line %d: %s: %s", __LINE__, #call, dchan_strerror(rc_));                  \
-    } while (0)
-
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-/* ---- data patterns -------------------------------------------------------------- */
-
-static unsigned char byte_of(int from, int chan, long iter, size_t k)
-{
-    uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15ull ^ (uint64_t)iter << 20 ^
-                 (uint64_t)(unsigned)chan << 40 ^ (uint64_t)(unsigned)from << 52;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    return (unsigned char)(x >> 32);
-}
-
-static void fill(unsigned char *b, size_t n, int from, int chan, long iter)
-{
-    for (size_t k = 0; k < n; k++)
-        b[k] = byte_of(from, chan, iter, k);
-    /* SENTINEL refuses a tail equal to oob: should the pattern make one, change it. */
-    if (n >= 8 && memcmp(b + n - 8, &(uint64_t){OOB}, 8) == 0)
-        b[n - 1] ^= 1;
-}
-
-static void verify(const unsigned char *b, size_t n, int from, int chan, long iter)
-{
-    static unsigned char *want;
-    static size_t cap;
-    if (n > cap) {
-        free(want);
-        want = malloc(n);
-        cap = want ? n : 0;
-        if (!want)
-            die("out of memory");
-    }
-    fill(want, n, from, chan, iter);
-    if (memcmp(b, want, n) == 0)
-        return;
-    for (size_t k = 0; k < n; k++)
-        if (b[k] != want[k])
-            die("channel %d from rank %d, iteration %ld, size %zu: byte %zu is %#x, expected %#x",
-                chan, from, iter, n, k, b[k], want[k]);
-}
 
 static size_t mode_size(size_t n)
 {
@@ -155,15 +76,6 @@ static void on_error(dchan_handle_t *h, int rc, void *arg)
     errors_seen++;
     last_error = rc;
     error_handle = h;
-}
-
-static unsigned char *xalloc(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n ? n : 1))
-        die("out of memory");
-    memset(p, 0, n);
-    return p;
 }
 
 /* Receive ends first, wires through the bootstrap, then the send ends. A
@@ -678,6 +590,7 @@ int main(int argc, char **argv)
         {"expect", required_argument, 0, 'e'},  {"drain-ms", required_argument, 0, 'd'},
         {0, 0, 0, 0}};
     const char *expect = "ofi";
+    mpt_prog = "ofi_targeted";
 
 #ifdef USE_MPI
     MPI_Init(&argc, &argv);

@@ -27,98 +27,20 @@
 #include "config.h"
 
 #include <getopt.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#ifdef USE_MPI
-#include <mpi.h>
-#endif
-
-#include <dchan.h>
-
-#include "wire.h"
 
 #define OOB 0xc3c3c3c3c3c3c3c3ull
+#include "mptest.h"
+#include "wire.h"
+
 #define PER 2      /* channels per ordered pair of ranks and set */
 #define MAXSIZES 16
 #define W_RKEY (48 + 8) /* wire byte of the verbs rkey (lib/wire.h, verbs_rma.c) */
 #define W_QPN (48 + 12)
 
-static int me = -1, nranks, detect;
+static int detect;
 static int victim = -1; /* killed: the rank that exits */
 static long iters = 200;
 static unsigned long long limit_ns = 120ull * 1000000000ull;
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    fprintf(stderr, "verbs_errors[%d]: FAIL: ", me);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-#ifdef USE_MPI
-    MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-    _exit(1);
-}
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0)                                                                       \
-            die("line %d: %s: %s", __LINE__, #call, dchan_strerror(rc_));                  \
-    } while (0)
-
-#define EXPECT(call, want)                                                                 \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ != (want))                                                                 \
-            die("line %d: %s returned %s, expected %s", __LINE__, #call,                   \
-                dchan_strerror(rc_), dchan_strerror(want));                                \
-    } while (0)
-
-static unsigned long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
-}
-
-/* ---- data ---------------------------------------------------------------------------- */
-
-static uint64_t word_of(int from, int id, long iter, size_t k)
-{
-    uint64_t x = (uint64_t)(unsigned)from << 52 ^ (uint64_t)(unsigned)id << 40 ^
-                 (uint64_t)iter << 12 ^ k * 0x9e3779b97f4a7c15ull;
-    x ^= x >> 29;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 32;
-    return x == OOB ? x ^ 1 : x;
-}
-
-static void fill(unsigned char *b, size_t n, int from, int id, long iter)
-{
-    for (size_t k = 0; k < n; k += 8) {
-        uint64_t w = word_of(from, id, iter, k / 8);
-        memcpy(b + k, &w, n - k < 8 ? n - k : 8);
-    }
-}
-
-static void verify(const unsigned char *b, size_t n, int from, int id, long iter)
-{
-    for (size_t k = 0; k < n; k += 8) {
-        uint64_t w = word_of(from, id, iter, k / 8);
-        if (memcmp(b + k, &w, n - k < 8 ? n - k : 8) != 0)
-            die("channel %d from rank %d, iteration %ld, %zu bytes: bytes %zu.. differ", id,
-                from, iter, n, k);
-    }
-}
 
 /* ---- channels ------------------------------------------------------------------------------ */
 
@@ -175,15 +97,6 @@ static void on_error(dchan_handle_t *h, int rc, void *arg)
 static size_t mode_size(size_t n)
 {
     return detect == DCHAN_DETECT_SENTINEL ? (n < 8 ? 8 : (n + 7) & ~(size_t)7) : n;
-}
-
-static unsigned char *xalloc(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n))
-        die("out of memory");
-    memset(p, 0, n);
-    return p;
 }
 
 /* The channel id of (sender, receiver, set, k): the same on both ranks. */
@@ -542,6 +455,7 @@ int main(int argc, char **argv)
                                          {"iters", required_argument, 0, 'i'},
                                          {"env", required_argument, 0, 'e'},
                                          {0, 0, 0, 0}};
+    mpt_prog = "verbs_errors";
 
 #ifdef USE_MPI
     MPI_Init(&argc, &argv);

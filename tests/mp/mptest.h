@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What the multi-process test programs share (tests/mp, tests/ofi,
+ * tests/verbs): a fatal error that stops the whole job, checks of return
+ * codes, a clock, buffers, and the data pattern every put carries, which
+ * changes with the sender, the channel, the iteration and the position, so
+ * that a byte from anywhere else is caught. Define OOB, the sentinel
+ * pattern the program uses, before including this file: the pattern never
+ * produces it.
+ */
+#ifndef DCHAN_MPTEST_H
+#define DCHAN_MPTEST_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+#include <dchan.h>
+
+#ifndef OOB
+#error "define OOB before including mptest.h"
+#endif
+
+static const char *mpt_prog = "test"; /* set by main, for messages */
+static int me = -1, nranks;
+
+static inline void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static inline void die(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s[%d]: FAIL: ", mpt_prog, me);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(NULL);
+#ifdef USE_MPI
+    MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+    _exit(1); /* not exit: a test may die from inside a dchan callback */
+}
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        if (rc_ < 0)                                                                       \
+            die("%s:%d: %s: %s", __FILE__, __LINE__, #call, dchan_strerror(rc_));           \
+    } while (0)
+
+#define EXPECT(call, want)                                                                 \
+    do {                                                                                   \
+        int rc_ = (call);                                                                  \
+        if (rc_ != (want))                                                                 \
+            die("%s:%d: %s returned %d (%s), expected %s", __FILE__, __LINE__, #call, rc_, \
+                dchan_strerror(rc_), #want);                                               \
+    } while (0)
+
+static inline unsigned long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+/* Zeroed, 64-byte aligned (so 8-byte aligned, as SENTINEL buffers must be). */
+static inline unsigned char *xalloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 1))
+        die("out of memory (%zu bytes)", n);
+    memset(p, 0, n);
+    return p;
+}
+
+/* Word k of what rank 'from' puts on channel 'chan' in iteration 'iter'. */
+static inline uint64_t word_of(int from, int chan, long iter, size_t k)
+{
+    uint64_t x = ((uint64_t)(unsigned)from << 48) ^ ((uint64_t)(unsigned)chan << 36) ^
+                 ((uint64_t)iter << 8) ^ (k * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return x == OOB ? x ^ 1 : x; /* a SENTINEL put ending in OOB would be refused */
+}
+
+static inline void fill(unsigned char *b, size_t n, int from, int chan, long iter)
+{
+    for (size_t k = 0; k < n; k += 8) {
+        uint64_t w = word_of(from, chan, iter, k / 8);
+        memcpy(b + k, &w, n - k < 8 ? n - k : 8);
+    }
+}
+
+/* Every byte, or die saying where the first wrong word is. */
+static inline void verify(const unsigned char *b, size_t n, int from, int chan, long iter)
+{
+    for (size_t k = 0; k < n; k += 8) {
+        uint64_t w = word_of(from, chan, iter, k / 8), got = 0;
+        size_t len = n - k < 8 ? n - k : 8;
+        if (memcmp(b + k, &w, len) != 0) {
+            memcpy(&got, b + k, len);
+            die("data from rank %d, channel %d, iteration %ld (%zu bytes): bytes %zu..%zu are "
+                "%016llx, expected %016llx",
+                from, chan, iter, n, k, k + len - 1, (unsigned long long)got,
+                (unsigned long long)w);
+        }
+    }
+}
+
+#endif
