@@ -171,6 +171,16 @@ DCHAN_API int dchan_wait(dchan_ctx_t *ctx, int timeout_ms);
 /* Both: release a handle; outstanding operations are completed or cancelled. */
 DCHAN_API int dchan_handle_destroy(dchan_handle_t *h);
 
+/* Memory for buffers: from the shared segment that peers on this host map
+ * when the shm provider runs (a put into a receive buffer from here is a
+ * plain copy by the sender, no system call), else from the heap. Aligned to
+ * 64 bytes; valid until dchan_free or dchan_finalize. DCHAN_ERR_NO_MEMORY
+ * when the segment (DCHAN_SHM_SEGMENT_SIZE) is full. */
+DCHAN_API int dchan_alloc(dchan_ctx_t *ctx, size_t size, void **ptr);
+/* Return memory from dchan_alloc (NULL: nothing to do). DCHAN_ERR_STATE
+ * while a live handle uses it; DCHAN_ERR_INVALID_ARG for any other pointer. */
+DCHAN_API int dchan_free(dchan_ctx_t *ctx, void *ptr);
+
 /* Collective helpers over the context's bootstrap, for programs that have
  * no other means (a non-MPI program started by mpirun) to ship wires. */
 DCHAN_API int dchan_allgather(dchan_ctx_t *ctx, const void *in, void *out, size_t len);

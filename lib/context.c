@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #ifdef HAVE_SYS_RANDOM_H
 #include <sys/random.h>
@@ -173,14 +174,94 @@ static int add_prov(dchan_ctx_t *ctx, struct dchan_prov *p)
     return DCHAN_SUCCESS;
 }
 
-/* DESIGN §4: a named list is tried in order and serves every peer; otherwise
- * the first network provider that works serves the other ranks and self
- * serves this rank's own channels. */
+/* This host's identity: ranks with the same value can map each other's
+ * memory. The kernel (boot id) and the IPC and PID namespaces decide that,
+ * not the name alone: two containers may share a hostname. */
+static uint64_t host_identity(const dchan_ctx_t *ctx)
+{
+    char buf[512];
+    size_t n = 0;
+    const char *forced = ctx->params.HOST;
+
+    if (forced && *forced)
+        return dchan_fnv1a64(forced, strlen(forced)) | 1;
+    memset(buf, 0, sizeof buf);
+    if (gethostname(buf, 255) == 0)
+        n = strlen(buf);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(buf + n, 64, f))
+            n += strlen(buf + n);
+        fclose(f);
+    }
+    static const char *const ns[] = {"/proc/self/ns/ipc", "/proc/self/ns/pid"};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+        struct stat st;
+        if (stat(ns[i], &st) == 0 && n + 2 * sizeof(uint64_t) <= sizeof buf) {
+            uint64_t v[2] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+            memcpy(buf + n, v, sizeof v);
+            n += sizeof v;
+        }
+    }
+    return dchan_fnv1a64(buf, n) | 1;
+}
+
+int dchan_ctx_same_host(const dchan_ctx_t *ctx, int rank)
+{
+    return rank >= 0 && rank < ctx->nranks && ctx->host[rank] == ctx->host[ctx->rank];
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Host identities of every rank; whether some host runs several ranks and
+ * whether the ranks span several hosts (the same answer on every rank). */
+static int exchange_hosts(dchan_ctx_t *ctx, bool *shared, bool *multi)
+{
+    uint64_t mine = host_identity(ctx);
+    ctx->host = calloc((size_t)ctx->nranks, sizeof *ctx->host);
+    uint64_t *sorted = calloc((size_t)ctx->nranks, sizeof *sorted);
+    int rc = DCHAN_ERR_NO_MEMORY;
+    if (ctx->host && sorted)
+        rc = dchan_boot_allgather(&ctx->boot, &mine, ctx->host, sizeof mine);
+    *shared = *multi = false;
+    if (rc == DCHAN_SUCCESS) {
+        memcpy(sorted, ctx->host, (size_t)ctx->nranks * sizeof *sorted);
+        qsort(sorted, (size_t)ctx->nranks, sizeof *sorted, cmp_u64);
+        for (int r = 1; r < ctx->nranks; r++) {
+            if (sorted[r] == sorted[r - 1])
+                *shared = true;
+            else
+                *multi = true;
+        }
+    }
+    free(sorted);
+    return rc;
+}
+
+/* DESIGN §4: a named list is tried in order and serves every peer.
+ * Otherwise each peer goes to the narrowest provider that serves it: self
+ * for this rank, a host-scoped one (shm) for the others on this host, the
+ * first network provider that works for the rest. */
 static int select_providers(dchan_ctx_t *ctx, const char *list)
 {
     const struct dchan_provider_ops *self_ops = dchan_provider_lookup("self");
     int rc = DCHAN_ERR_UNSUPPORTED;
     char word[32];
+    bool shared, multi;
+
+    rc = exchange_hosts(ctx, &shared, &multi);
+    if (rc == DCHAN_SUCCESS) {
+        ctx->route = calloc((size_t)ctx->nranks, sizeof *ctx->route);
+        if (!ctx->route)
+            rc = DCHAN_ERR_NO_MEMORY;
+    }
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    rc = DCHAN_ERR_UNSUPPORTED;
 
     if (list && *list) {
         for (const char *s = list; *s && !ctx->net;) {
@@ -193,9 +274,14 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
                 dchan_info(ctx, word, "not built into this library: skipped");
                 continue;
             }
-            if (ops == self_ops && ctx->nranks > 1) {
-                dchan_info(ctx, "self", "serves only a rank's own channels; %d ranks here",
+            if (ops->scope == DCHAN_SCOPE_SELF && ctx->nranks > 1) {
+                dchan_info(ctx, word, "serves only a rank's own channels; %d ranks here",
                            ctx->nranks);
+                rc = DCHAN_ERR_UNSUPPORTED;
+                continue;
+            }
+            if (ops->scope == DCHAN_SCOPE_HOST && multi) {
+                dchan_info(ctx, word, "serves only ranks on one host; these span several");
                 rc = DCHAN_ERR_UNSUPPORTED;
                 continue;
             }
@@ -209,14 +295,29 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
             return rc;
         }
         ctx->self = ctx->net;
+        for (int r = 0; r < ctx->nranks; r++)
+            ctx->route[r] = ctx->net;
+        snprintf(ctx->prov_name, sizeof ctx->prov_name, "%s", ctx->net->ops->name);
         dchan_info(ctx, ctx->net->ops->name, "chosen for every peer by DCHAN_PROVIDER=%s%s%s",
                    list, ctx->net->desc[0] ? ": " : "", ctx->net->desc);
-        return add_prov(ctx, ctx->net);
+        rc = add_prov(ctx, ctx->net);
+        if (rc == DCHAN_SUCCESS)
+            dchan_core_mem_init(ctx);
+        return rc;
     }
 
-    if (ctx->nranks > 1) {
+    for (size_t i = 0; shared && i < dchan_num_providers && !ctx->local; i++) {
+        if (dchan_providers[i]->scope != DCHAN_SCOPE_HOST)
+            continue;
+        rc = prov_start(ctx, dchan_providers[i], 0, &ctx->local);
+        if (rc != DCHAN_SUCCESS)
+            dchan_info(ctx, dchan_providers[i]->name, "not usable: %s", dchan_strerror(rc));
+        else if ((rc = add_prov(ctx, ctx->local)) != DCHAN_SUCCESS)
+            return rc;
+    }
+    if (multi || (ctx->nranks > 1 && !ctx->local)) {
         for (size_t i = 0; i < dchan_num_providers && !ctx->net; i++) {
-            if (dchan_providers[i] == self_ops)
+            if (dchan_providers[i]->scope != DCHAN_SCOPE_NET)
                 continue;
             rc = prov_start(ctx, dchan_providers[i], 0, &ctx->net);
             if (rc != DCHAN_SUCCESS)
@@ -238,13 +339,30 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         dchan_err(ctx, "self", "cannot open: %s", dchan_strerror(rc));
         return rc;
     }
-    if (!ctx->net)
-        ctx->net = ctx->self;
     rc = add_prov(ctx, ctx->self);
-    if (rc == DCHAN_SUCCESS && ctx->rank == 0)
-        dchan_info(ctx, ctx->net->ops->name, "chosen for other ranks%s%s; self for own channels",
-                   ctx->net->desc[0] ? ": " : "", ctx->net->desc);
-    return rc;
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    for (int r = 0; r < ctx->nranks; r++)
+        ctx->route[r] = r == ctx->rank                                 ? ctx->self
+                        : ctx->local && dchan_ctx_same_host(ctx, r) ? ctx->local
+                                                                       : ctx->net;
+    if (ctx->local && ctx->net)
+        snprintf(ctx->prov_name, sizeof ctx->prov_name, "%s+%s", ctx->local->ops->name,
+                 ctx->net->ops->name);
+    else
+        snprintf(ctx->prov_name, sizeof ctx->prov_name, "%s",
+                 (ctx->local ? ctx->local : ctx->net ? ctx->net : ctx->self)->ops->name);
+    if (ctx->rank == 0) {
+        if (ctx->local)
+            dchan_info(ctx, ctx->local->ops->name, "chosen for ranks on the same host%s%s",
+                       ctx->local->desc[0] ? ": " : "", ctx->local->desc);
+        if (ctx->net)
+            dchan_info(ctx, ctx->net->ops->name, "chosen for ranks on other hosts%s%s",
+                       ctx->net->desc[0] ? ": " : "", ctx->net->desc);
+        dchan_info(ctx, "self", "chosen for a rank's own channels");
+    }
+    dchan_core_mem_init(ctx);
+    return DCHAN_SUCCESS;
 }
 
 /* Provider progress while a barrier waits (no callbacks: they run at the
@@ -258,12 +376,19 @@ static void poll_cb(void *arg)
 
 static void ctx_free(dchan_ctx_t *ctx)
 {
+    /* Registrations go first, then the memory they covered (some of it the
+     * providers' own), then the providers. */
     for (int i = ctx->nprovs - 1; i >= 0; i--)
-        prov_free(ctx->provs[i]);
-    dchan_boot_fini(&ctx->boot);
+        dchan_regcache_destroy(ctx->provs[i]);
     dchan_quarantine_flush(ctx, 0);
     dchan_seqpool_fini(&ctx->recv_seq);
     dchan_seqpool_fini(&ctx->send_seq);
+    dchan_core_mem_fini(ctx);
+    for (int i = ctx->nprovs - 1; i >= 0; i--)
+        prov_free(ctx->provs[i]);
+    dchan_boot_fini(&ctx->boot);
+    free(ctx->route);
+    free(ctx->host);
     free(ctx->htab);
     free(ctx->hgen);
     free(ctx->hfree);
@@ -434,7 +559,7 @@ DCHAN_API int dchan_nranks(const dchan_ctx_t *ctx)
 
 DCHAN_API const char *dchan_provider_name(const dchan_ctx_t *ctx)
 {
-    return dchan_ctx_ok(ctx) && ctx->net ? ctx->net->ops->name : NULL;
+    return dchan_ctx_ok(ctx) && ctx->prov_name[0] ? ctx->prov_name : NULL;
 }
 
 DCHAN_API int dchan_get_stats(const dchan_ctx_t *cctx, dchan_stats_t *stats)
@@ -456,6 +581,11 @@ int dchan_ctx_rank(const dchan_ctx_t *ctx)
 int dchan_ctx_nranks(const dchan_ctx_t *ctx)
 {
     return ctx->nranks;
+}
+
+uint64_t dchan_ctx_job_key(const dchan_ctx_t *ctx)
+{
+    return ctx->job_key;
 }
 
 int dchan_ctx_thread_level(const dchan_ctx_t *ctx)

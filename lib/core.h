@@ -75,6 +75,15 @@ struct dchan_handle {
     _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
 };
 
+/* A block of dchan_alloc (or of the core's own use: sequence chunks). */
+struct dchan_mem {
+    uintptr_t addr;
+    size_t size;
+    struct dchan_prov *prov; /* NULL: the heap */
+    bool internal;
+};
+#define DCHAN_ALLOC_ALIGN 64
+
 /* One entry of the polling queue: what a scan needs, densely packed. */
 struct dchan_pq_ent {
     const volatile uint64_t *probe;
@@ -99,8 +108,15 @@ struct dchan_ctx {
     int nprovs;
     struct dchan_prov *polled[DCHAN_MAX_PROVS]; /* those with a progress to call */
     int npolled;
-    struct dchan_prov *net;  /* provider for other ranks */
-    struct dchan_prov *self; /* provider for this rank's own channels */
+    struct dchan_prov *net;   /* provider for ranks on other hosts */
+    struct dchan_prov *local; /* provider for other ranks on this host */
+    struct dchan_prov *self;  /* provider for this rank's own channels */
+    struct dchan_prov **route; /* per rank: the provider that serves it */
+    uint64_t *host;            /* per rank: host identity */
+    char prov_name[48];        /* what dchan_provider_name reports */
+    struct dchan_mem *mem;     /* dchan_alloc blocks, sorted by address */
+    size_t nmem, mem_cap;
+    struct dchan_prov *mem_prov; /* where they come from; NULL: the heap */
 
     /* receive handles by id */
     dchan_handle_t **htab;
@@ -156,5 +172,11 @@ int dchan_core_poll_providers(dchan_ctx_t *ctx);
 int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms);
 
 uint64_t dchan_now_ns(void);
+
+/* lib/memory.c */
+void dchan_core_mem_init(dchan_ctx_t *ctx);
+int dchan_core_mem_alloc(dchan_ctx_t *ctx, size_t size, size_t align, bool internal, void **ptr);
+int dchan_core_mem_free(dchan_ctx_t *ctx, void *ptr, bool internal);
+void dchan_core_mem_fini(dchan_ctx_t *ctx);
 
 #endif /* DCHAN_CORE_H */

@@ -34,7 +34,7 @@ static bool scanned(int detect)
 
 static struct dchan_prov *route(dchan_ctx_t *ctx, int peer)
 {
-    return peer == ctx->rank ? ctx->self : ctx->net;
+    return ctx->route[peer];
 }
 
 static int resolve_detect(const dchan_ctx_t *ctx, const struct dchan_prov *p)

@@ -15,10 +15,17 @@ extern const struct dchan_provider_ops dchan_ofi_ops;
 #ifdef HAVE_MPI
 extern const struct dchan_provider_ops dchan_mpi_ops;
 #endif
+#ifdef HAVE_SHM
+extern const struct dchan_provider_ops dchan_shm_ops;
+#endif
 extern const struct dchan_provider_ops dchan_self_ops;
 
-/* Network providers first (verbs, ofi, mpi: DESIGN §4), then self. */
+/* Host-scoped first (shm), then network providers (verbs, ofi, mpi: DESIGN
+ * §4), then self; the scope of each decides which peers it may serve. */
 const struct dchan_provider_ops *const dchan_providers[] = {
+#ifdef HAVE_SHM
+    &dchan_shm_ops,
+#endif
 #ifdef HAVE_VERBS
     &dchan_verbs_ops,
 #endif
@@ -47,6 +54,15 @@ int dchan_prov_nosys_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsign
 }
 
 void dchan_prov_nosys_mr_dereg(struct dchan_prov *p, void *mr)
+{
+}
+
+int dchan_prov_nosys_mem_alloc(struct dchan_prov *p, size_t size, size_t align, void **ptr)
+{
+    return DCHAN_ERR_UNSUPPORTED;
+}
+
+void dchan_prov_nosys_mem_free(struct dchan_prov *p, void *ptr)
 {
 }
 

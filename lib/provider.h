@@ -31,6 +31,15 @@ enum {
     DCHAN_PROV_ID_SHM = 5
 };
 
+/* Which peers a provider can serve (DESIGN §4): any rank, the ranks on this
+ * host (and this rank itself), or only this rank. Without DCHAN_PROVIDER,
+ * the core routes each peer to the narrowest provider that serves it. */
+enum {
+    DCHAN_SCOPE_NET = 0,
+    DCHAN_SCOPE_HOST = 1,
+    DCHAN_SCOPE_SELF = 2
+};
+
 /* Bytes of the wire form a provider may fill with its remote-access fields. */
 #define DCHAN_WIRE_PROV_BYTES 64
 
@@ -71,6 +80,7 @@ struct dchan_provider_ops {
     const char *name; /* as in DCHAN_PROVIDER */
     uint8_t wire_id;  /* DCHAN_PROV_ID_* */
     unsigned modes;   /* DCHAN_MODE_BIT() of each detection mode offered */
+    unsigned scope;   /* DCHAN_SCOPE_* */
 
     /* Without a context: is the provider usable on this machine? Fills a
      * description (library, device, version) and the detection modes it
@@ -91,6 +101,14 @@ struct dchan_provider_ops {
     /* Memory registration used by the core's registration cache. */
     int (*mr_reg)(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr);
     void (*mr_dereg)(struct dchan_prov *p, void *mr);
+
+    /* Memory for dchan_alloc and for the core's receive-side sequence
+     * words: memory peers of this provider write more cheaply than any
+     * other (a shared segment, pre-registered memory). align is a power of
+     * two. DCHAN_ERR_NO_MEMORY when exhausted. mem_free gets only what
+     * mem_alloc returned. */
+    int (*mem_alloc)(struct dchan_prov *p, size_t size, size_t align, void **ptr);
+    void (*mem_free)(struct dchan_prov *p, void *ptr);
 
     /* Receiver: the handle's buffer (and, for FLAG, its sequence word) are
      * set; register them and write the remote-access fields into
@@ -145,6 +163,8 @@ const struct dchan_provider_ops *dchan_provider_lookup(const char *name);
 int dchan_prov_nosys_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access,
                             void **mr);
 void dchan_prov_nosys_mr_dereg(struct dchan_prov *p, void *mr);
+int dchan_prov_nosys_mem_alloc(struct dchan_prov *p, size_t size, size_t align, void **ptr);
+void dchan_prov_nosys_mem_free(struct dchan_prov *p, void *ptr);
 int dchan_prov_noop_recv_arm(dchan_handle_t *h);
 void dchan_prov_noop_put_abandon(dchan_handle_t *h);
 int dchan_prov_noop_progress(struct dchan_prov *p);
@@ -178,6 +198,10 @@ uint32_t dchan_h_gen(const dchan_handle_t *h);
 int dchan_ctx_rank(const dchan_ctx_t *ctx);
 int dchan_ctx_nranks(const dchan_ctx_t *ctx);
 int dchan_ctx_thread_level(const dchan_ctx_t *ctx);
+uint64_t dchan_ctx_job_key(const dchan_ctx_t *ctx);
+/* Is rank on this rank's host (same kernel and namespaces, or the same
+ * DCHAN_HOST)? Known from the bootstrap before any provider opens. */
+int dchan_ctx_same_host(const dchan_ctx_t *ctx, int rank);
 /* The MPI communicator the bootstrap uses (MPI_Comm *), or NULL. */
 const void *dchan_ctx_boot_mpi_comm(const dchan_ctx_t *ctx);
 /* Receiver handle by wire id; NULL when there is none (stale, destroyed). */

@@ -31,8 +31,13 @@ int dchan_seqpool_get(struct dchan_seqpool *p, struct dchan_seqslot *s, uint64_t
             grow((void **)&p->free, &p->free_cap, sizeof *p->free,
                  (c + 1) * (uint32_t)DCHAN_SEQ_PER_CHUNK))
             return DCHAN_ERR_NO_MEMORY;
-        if (posix_memalign(&chunk, DCHAN_SEQ_CHUNK_BYTES, DCHAN_SEQ_CHUNK_BYTES))
+        if (p->chunk_alloc) {
+            int rc = p->chunk_alloc(p->arg, &chunk);
+            if (rc != DCHAN_SUCCESS)
+                return rc;
+        } else if (posix_memalign(&chunk, DCHAN_SEQ_CHUNK_BYTES, DCHAN_SEQ_CHUNK_BYTES)) {
             return DCHAN_ERR_NO_MEMORY;
+        }
         memset(chunk, 0, DCHAN_SEQ_CHUNK_BYTES);
         p->chunks[c] = chunk;
         p->nchunks++;
@@ -63,8 +68,12 @@ void dchan_seqpool_chunk(const struct dchan_seqpool *p, uint32_t chunk, void **b
 
 void dchan_seqpool_fini(struct dchan_seqpool *p)
 {
-    for (uint32_t c = 0; c < p->nchunks; c++)
-        free(p->chunks[c]);
+    for (uint32_t c = 0; c < p->nchunks; c++) {
+        if (p->chunk_free)
+            p->chunk_free(p->arg, p->chunks[c]);
+        else
+            free(p->chunks[c]);
+    }
     free(p->chunks);
     free(p->free);
     memset(p, 0, sizeof *p);

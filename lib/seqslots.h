@@ -19,6 +19,12 @@ struct dchan_seqslot {
 };
 
 struct dchan_seqpool {
+    /* Where chunks come from; NULL: the heap. The receive pool takes them
+     * from the context's allocator, so that peers on the host store into
+     * the words directly. */
+    int (*chunk_alloc)(void *arg, void **chunk);
+    void (*chunk_free)(void *arg, void *chunk);
+    void *arg;
     uint64_t **chunks;
     uint32_t nchunks, chunks_cap;
     uint32_t *free; /* stack of free slot numbers (chunk * PER_CHUNK + index) */

@@ -333,8 +333,8 @@ function arg_type(base, ptr, isconst) {
         # Structures by reference: read (const) or filled in by the call.
         if (base in struct)
             return "type(" base "), " (isconst ? "intent(in)" : "intent(out)")
-    } else if (ptr == 2 && (base in opaque) && !isconst) {
-        # The call creates the object and stores its pointer.
+    } else if (ptr == 2 && (base == "void" || (base in opaque)) && !isconst) {
+        # The call creates the object (or memory) and stores its pointer.
         return "type(c_ptr), intent(out)"
     }
     return ""

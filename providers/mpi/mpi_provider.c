@@ -466,6 +466,7 @@ static int mpi_progress(struct dchan_prov *p)
 const struct dchan_provider_ops dchan_mpi_ops = {
     .name = "mpi",
     .wire_id = DCHAN_PROV_ID_MPI,
+    .scope = DCHAN_SCOPE_NET,
     .modes = DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
     .probe = mpi_probe,
     .open = mpi_open,
@@ -473,6 +474,8 @@ const struct dchan_provider_ops dchan_mpi_ops = {
     .close = mpi_close,
     .mr_reg = dchan_prov_nosys_mr_reg,
     .mr_dereg = dchan_prov_nosys_mr_dereg,
+    .mem_alloc = dchan_prov_nosys_mem_alloc,
+    .mem_free = dchan_prov_nosys_mem_free,
     .recv_open = mpi_recv_open,
     .recv_arm = mpi_recv_arm,
     .recv_close = mpi_recv_close,

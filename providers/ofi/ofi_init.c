@@ -713,6 +713,7 @@ static void ofi_close(struct dchan_prov *p)
 const struct dchan_provider_ops dchan_ofi_ops = {
     .name = OFI_NAME,
     .wire_id = DCHAN_PROV_ID_OFI,
+    .scope = DCHAN_SCOPE_NET,
     .modes = DCHAN_MODE_BIT(DCHAN_DETECT_SENTINEL) | DCHAN_MODE_BIT(DCHAN_DETECT_FLAG) |
              DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
     .probe = probe,
@@ -721,6 +722,8 @@ const struct dchan_provider_ops dchan_ofi_ops = {
     .close = ofi_close,
     .mr_reg = dchan_ofi_mr_reg,
     .mr_dereg = dchan_ofi_mr_dereg,
+    .mem_alloc = dchan_prov_nosys_mem_alloc,
+    .mem_free = dchan_prov_nosys_mem_free,
     .recv_open = dchan_ofi_recv_open,
     .recv_arm = dchan_prov_noop_recv_arm,
     .recv_close = dchan_ofi_recv_close,

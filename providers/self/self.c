@@ -110,6 +110,7 @@ static void self_send_close(dchan_handle_t *h)
 const struct dchan_provider_ops dchan_self_ops = {
     .name = "self",
     .wire_id = DCHAN_PROV_ID_SELF,
+    .scope = DCHAN_SCOPE_SELF,
     .modes = DCHAN_MODE_BIT(DCHAN_DETECT_SENTINEL) | DCHAN_MODE_BIT(DCHAN_DETECT_FLAG) |
              DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
     .probe = self_probe,
@@ -118,6 +119,8 @@ const struct dchan_provider_ops dchan_self_ops = {
     .close = self_close,
     .mr_reg = dchan_prov_nosys_mr_reg,
     .mr_dereg = dchan_prov_nosys_mr_dereg,
+    .mem_alloc = dchan_prov_nosys_mem_alloc,
+    .mem_free = dchan_prov_nosys_mem_free,
     .recv_open = self_recv_open,
     .recv_arm = dchan_prov_noop_recv_arm,
     .recv_close = self_recv_close,

@@ -704,6 +704,7 @@ static void vrb_close(struct dchan_prov *p)
 const struct dchan_provider_ops dchan_verbs_ops = {
     .name = VRB_NAME,
     .wire_id = DCHAN_PROV_ID_VERBS,
+    .scope = DCHAN_SCOPE_NET,
     .modes = DCHAN_MODE_BIT(DCHAN_DETECT_SENTINEL) | DCHAN_MODE_BIT(DCHAN_DETECT_FLAG) |
              DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
     .probe = vrb_probe,
@@ -712,6 +713,8 @@ const struct dchan_provider_ops dchan_verbs_ops = {
     .close = vrb_close,
     .mr_reg = dchan_verbs_mr_reg,
     .mr_dereg = dchan_verbs_mr_dereg,
+    .mem_alloc = dchan_prov_nosys_mem_alloc,
+    .mem_free = dchan_prov_nosys_mem_free,
     .recv_open = dchan_verbs_recv_open,
     .recv_arm = dchan_prov_noop_recv_arm,
     .recv_close = dchan_verbs_recv_close,

@@ -62,6 +62,28 @@ static size_t round_size(size_t n)
  * c[k].from and sends to c[k].to; the channel a rank sends on is matched to
  * the receive end by (sender, receiver, id), which every rank can compute.
  */
+/* --hosts N: ranks in blocks of N claim one host each (DCHAN_HOST), so
+ * that routing sends some peers over shm and the others over the network;
+ * --no-cma: shm must step aside. 0: no expectation. */
+static int hosts_block, no_cma;
+
+/* The provider serving a handle must be the one routing promises. */
+static void check_route(const dchan_handle_t *h, int peer)
+{
+    const char *p = dchan_handle_provider(h);
+    if (!p)
+        die("no provider for a live handle");
+    if (hosts_block > 0 && peer != me) {
+        int same = peer / hosts_block == me / hosts_block;
+        if (same != (strcmp(p, "shm") == 0) || strcmp(p, "self") == 0)
+            die("rank %d (%s host) served by %s", peer, same ? "same" : "another", p);
+    }
+    if ((hosts_block > 0 || no_cma) && peer == me && strcmp(p, "self") != 0)
+        die("own channel served by %s, not self", p);
+    if (no_cma && strcmp(p, "shm") == 0)
+        die("shm serves rank %d with Cross Memory Attach refused", peer);
+}
+
 static void setup(dchan_ctx_t *ctx, struct chan *c, int n)
 {
     /* Ranks may have different channel counts: size the table for the most. */
@@ -83,8 +105,8 @@ static void setup(dchan_ctx_t *ctx, struct chan *c, int n)
     /* Slot [sender][k]: the k-th receive end this rank has for that sender. */
     int *used = calloc((size_t)nranks, sizeof *used);
     for (int k = 0; k < n; k++) {
-        c[k].rbuf = xalloc(c[k].size);
-        c[k].sbuf = xalloc(c[k].size);
+        c[k].rbuf = buf_alloc(c[k].size);
+        c[k].sbuf = buf_alloc(c[k].size);
         CHECK(dchan_create_handle(ctx, c[k].from, c[k].rbuf, c[k].size, OOB, on_arrival, &c[k],
                                   &c[k].rh));
         size_t slot = (size_t)c[k].from * per + (size_t)used[c[k].from]++;
@@ -103,6 +125,8 @@ static void setup(dchan_ctx_t *ctx, struct chan *c, int n)
         if (!w)
             die("no wire from rank %d for channel %d", c[k].to, c[k].id);
         CHECK(dchan_assoc_local(ctx, w, c[k].sbuf, c[k].size, &c[k].sh));
+        check_route(c[k].sh, c[k].to);
+        check_route(c[k].rh, c[k].from);
     }
     free(used);
     free(mine);
@@ -116,8 +140,8 @@ static void teardown(struct chan *c, int n)
     for (int k = 0; k < n; k++) {
         CHECK(dchan_handle_destroy(c[k].sh));
         CHECK(dchan_handle_destroy(c[k].rh));
-        free(c[k].rbuf);
-        free(c[k].sbuf);
+        buf_free(c[k].rbuf);
+        buf_free(c[k].sbuf);
     }
 }
 
@@ -425,7 +449,7 @@ static void multicast(dchan_ctx_t *ctx, size_t size, long iters)
     if (nrecv < 1)
         die("multicast needs at least 2 ranks");
     size = round_size(size);
-    unsigned char *shared = xalloc(size);
+    unsigned char *shared = buf_alloc(size);
     dchan_handle_t **sh = calloc((size_t)nrecv, sizeof *sh);
     struct chan *cred = calloc((size_t)nrecv, sizeof *cred);
     struct chan data = {0};
@@ -436,7 +460,7 @@ static void multicast(dchan_ctx_t *ctx, size_t size, long iters)
     memset(&mine, 0, sizeof mine);
     if (me != 0) {
         data = (struct chan){.size = size, .id = 0, .from = 0, .to = 0};
-        data.rbuf = xalloc(size);
+        data.rbuf = buf_alloc(size);
         CHECK(dchan_create_handle(ctx, 0, data.rbuf, size, OOB, on_arrival, &data, &data.rh));
         CHECK(dchan_handle_export(data.rh, &mine));
     }
@@ -501,8 +525,9 @@ static void multicast(dchan_ctx_t *ctx, size_t size, long iters)
             CHECK(dchan_handle_destroy(sh[k]));
     else
         CHECK(dchan_handle_destroy(data.rh));
-    free(data.rbuf);
-    free(shared);
+    if (data.rbuf)
+        buf_free(data.rbuf);
+    buf_free(shared);
     free(sh);
     free(cred);
     free(all);
@@ -540,7 +565,8 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: mp_exchange --test halo|ring|split|multicast|foreign [--channels a,b]\n"
-            "       [--sizes a,b,...] [--iters N] [--bad] [--wire-out F] [--wire-in F]\n");
+            "       [--sizes a,b,...] [--iters N] [--bad] [--wire-out F] [--wire-in F]\n"
+            "       [--hosts N (blocks of N ranks claim one host)] [--no-cma]\n");
     exit(2);
 }
 
@@ -566,7 +592,8 @@ int main(int argc, char **argv)
         {"test", required_argument, 0, 't'}, {"sizes", required_argument, 0, 's'},
         {"channels", required_argument, 0, 'c'}, {"iters", required_argument, 0, 'i'},
         {"bad", no_argument, 0, 'b'}, {"wire-out", required_argument, 0, 'o'},
-        {"wire-in", required_argument, 0, 'n'}, {0, 0, 0, 0}};
+        {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
+        {"no-cma", no_argument, 0, 'm'}, {0, 0, 0, 0}};
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -581,6 +608,8 @@ int main(int argc, char **argv)
         case 'b': bad = 1; break;
         case 'o': wire_out = optarg; break;
         case 'n': wire_in = optarg; break;
+        case 'h': hosts_block = atoi(optarg); break;
+        case 'm': no_cma = 1; break;
         default: usage();
         }
     }
@@ -589,11 +618,28 @@ int main(int argc, char **argv)
     if (getenv("MP_TIME_LIMIT"))
         t_limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
 
+    if (hosts_block > 0) {
+        /* The rank is needed before dchan_init: from MPI, or the launcher. */
+        int r = -1;
+#ifdef USE_MPI
+        MPI_Comm_rank(MPI_COMM_WORLD, &r);
+#else
+        const char *e = getenv("PMIX_RANK") ? getenv("PMIX_RANK") : getenv("OMPI_COMM_WORLD_RANK");
+        r = e ? atoi(e) : 0;
+#endif
+        char host[32];
+        snprintf(host, sizeof host, "testhost%d", r / hosts_block);
+        setenv("DCHAN_HOST", host, 1);
+    }
+    if (no_cma)
+        setenv("DCHAN_SHM_CMA", "0", 1);
+
     dchan_ctx_t *ctx;
     dchan_attr_t attr;
     dchan_attr_init(&attr);
     attr.error_fn = on_error;
     CHECK(dchan_init(&attr, &ctx));
+    mpt_buf_init(ctx);
     me = dchan_rank(ctx);
     nranks = dchan_nranks(ctx);
 

@@ -80,6 +80,42 @@ static inline unsigned char *xalloc(size_t n)
     return p;
 }
 
+/* Channel buffers: from dchan_alloc when DCHAN_TEST_BUF=alloc (tests/mprun
+ * sets it for shm-alloc runs: puts land in the shared segment), else from
+ * the heap. mpt_buf_init decides, after dchan_init. */
+static dchan_ctx_t *mpt_buf_ctx;
+
+static inline void mpt_buf_init(dchan_ctx_t *ctx)
+{
+    const char *b = getenv("DCHAN_TEST_BUF");
+    mpt_buf_ctx = b && strcmp(b, "alloc") == 0 ? ctx : NULL;
+}
+
+static inline unsigned char *buf_alloc(size_t n)
+{
+    void *p = NULL;
+    if (!mpt_buf_ctx)
+        return xalloc(n);
+    int rc = dchan_alloc(mpt_buf_ctx, n ? n : 1, &p);
+    if (rc != DCHAN_SUCCESS)
+        die("dchan_alloc(%zu): %s", n, dchan_strerror(rc));
+    if ((uintptr_t)p % 64)
+        die("dchan_alloc(%zu) returned %p, not 64-byte aligned", n, p);
+    memset(p, 0, n);
+    return p;
+}
+
+static inline void buf_free(void *p)
+{
+    if (!mpt_buf_ctx) {
+        free(p);
+        return;
+    }
+    int rc = dchan_free(mpt_buf_ctx, p);
+    if (rc != DCHAN_SUCCESS)
+        die("dchan_free(%p): %s", p, dchan_strerror(rc));
+}
+
 /* Word k of what rank 'from' puts on channel 'chan' in iteration 'iter'. */
 static inline uint64_t word_of(int from, int chan, long iter, size_t k)
 {

@@ -1,0 +1,769 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * shm: channels between ranks of one host.
+ *
+ * Each rank owns one segment (a sealed memfd, mode 0600, named after the
+ * job key) that every other rank of the host maps while the provider
+ * connects; the owner then closes its descriptor, so nothing outside the
+ * job can open the segment afterwards. A segment holds, after a header:
+ *
+ *   - the EVENT ring: arrival records that any local peer appends and the
+ *     owner consumes, O(1) per arrival however many handles are armed;
+ *   - the memory of dchan_alloc, including the core's FLAG sequence words.
+ *
+ * A put into a receive buffer in the peer's segment is a memcpy by the
+ * sender into its own mapping, then one release store that makes it
+ * visible: the SENTINEL tail, the FLAG sequence word or the ring record.
+ * A receive buffer anywhere else is written with Cross Memory Attach
+ * (process_vm_writev), one system call per chunk; the call has returned,
+ * so every byte landed, before the signalling store is made.
+ *
+ * Safety: peers validate a segment's size, owner, mode, seals and header
+ * (job key, rank, pid) before trusting it; offsets read from wires are
+ * checked against the data area, and the ring is addressed only through
+ * the geometry validated at connect, so no wire can make a sender write
+ * outside a peer's buffers or its ring.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider.h"
+#include "wire.h"
+
+extern const struct dchan_provider_ops dchan_shm_ops;
+
+#define SHM_MAGIC 0x4d485344u /* "DSHM" */
+#define SHM_VERSION 1u
+#define SHM_HDR_BYTES 4096u
+#define SHM_ALIGN 64u
+/* Largest single process_vm_writev: well under the kernel's MAX_RW_COUNT. */
+#define SHM_CMA_CHUNK ((size_t)1 << 30)
+/* Above this, a full fence before the signal also orders any non-temporal
+ * stores a memcpy made (glibc fences them itself; others may not). */
+#define SHM_NT_FENCE_BYTES ((size_t)256 << 10)
+
+/* Wire fields (DCHAN_WIRE_PROV_BYTES): where the sender writes. */
+enum { SHM_LOC_SEGMENT = 1, SHM_LOC_CMA = 2 };
+#define WF_BUF_LOC 0  /* u8 SHM_LOC_* */
+#define WF_SEQ_LOC 1  /* u8: 0 (not FLAG) or SHM_LOC_* */
+#define WF_BUF 8      /* u64: offset in the segment, or virtual address */
+#define WF_SEQ 16     /* u64: same, for the FLAG sequence word */
+
+struct shm_slot {
+    uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
+    uint32_t id;  /* receive handle id */
+    uint32_t pad;
+};
+
+/* At offset 0 of every segment; written by its owner before peers map it. */
+struct shm_hdr {
+    uint32_t magic, version;
+    uint64_t job_key;
+    int32_t rank, pid;
+    uint64_t size;
+    uint64_t ring_off, ring_slots;
+    uint64_t data_off;
+    _Alignas(64) uint64_t attached; /* peers that mapped it */
+    uint64_t cma_probe; /* written by peers with process_vm_writev at connect */
+    _Alignas(64) uint64_t ring_tail; /* next position producers claim */
+    _Alignas(64) uint64_t ring_head; /* next position the owner consumes */
+};
+
+/* What each rank publishes through the bootstrap. */
+struct shm_addr {
+    uint64_t job_key;
+    uint64_t base; /* the segment's address in its owner */
+    uint64_t size;
+    int32_t pid, fd;
+};
+
+struct shm_peer {
+    char *base; /* our mapping of its segment (ours for this rank), or NULL */
+    size_t size;
+    uint64_t remote_base; /* the segment's address in the peer */
+    pid_t pid;
+    struct shm_slot *ring;
+    uint64_t ring_mask, ring_off, data_off;
+    uint64_t head_seen; /* the peer's ring_head as last read */
+};
+
+/* Free and used extents of the own segment's data area, sorted. */
+struct shm_ext {
+    uint64_t off, len;
+    int used;
+};
+
+struct shm_state {
+    int fd;
+    char *base;
+    size_t size;
+    struct shm_hdr *hdr;
+    struct shm_slot *ring;
+    uint64_t ring_mask, ring_head;
+    struct shm_addr addr;
+    struct shm_peer *peers; /* nranks entries */
+    struct shm_ext *ext;
+    size_t next, ext_cap;
+};
+
+/* Sender side of a handle. */
+struct shm_sh {
+    char *dst;          /* segment: destination in our mapping; else NULL */
+    uint64_t dst_va;    /* CMA: destination in the peer */
+    uint64_t *seq_dst;  /* FLAG: sequence word in our mapping, or NULL */
+    uint64_t seq_va;    /* FLAG through CMA */
+    struct shm_peer *peer;
+    pid_t pid;
+    int local;          /* the receiver is this process: plain copies */
+    int body_done;      /* EVENT: body written, ring record still to add */
+};
+
+static struct shm_state *st(struct dchan_prov *p)
+{
+    return p->state;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- probe (dchan_info) ----------------------------------------------------------- */
+
+/* Can a process write into another that is not its descendant? A child
+ * writes into us: what ptrace rules (Yama's ptrace_scope 1, for one) allow
+ * between sibling ranks is what they allow there. */
+static const char *cma_check(void)
+{
+    static volatile uint64_t target;
+    target = 0;
+    pid_t parent = getpid(), child = fork();
+    if (child < 0)
+        return "unknown (fork failed)";
+    if (child == 0) {
+        uint64_t v = 0x636d61;
+        struct iovec l = {&v, sizeof v}, r = {(void *)&target, sizeof v};
+        _exit(process_vm_writev(parent, &l, 1, &r, 1, 0) == (ssize_t)sizeof v ? 0 : 1);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && target == 0x636d61)
+        return "permitted";
+    return "not permitted (ptrace restrictions): shm refuses, the next provider serves the host";
+}
+
+static int shm_probe(struct dchan_probe *out)
+{
+    const struct dchan_params *pv = dchan_probe_params();
+    unsigned long seg = pv ? pv->SHM_SEGMENT_SIZE : 0, slots = pv ? pv->SHM_RING_SLOTS : 0;
+    snprintf(out->desc, sizeof out->desc,
+             "memfd segment of %lu MiB per rank, EVENT ring of %lu records; Cross Memory "
+             "Attach %s",
+             seg >> 20, slots, pv && !pv->SHM_CMA ? "disabled by DCHAN_SHM_CMA=0" : cma_check());
+    out->modes = dchan_shm_ops.modes;
+    out->default_detect = DCHAN_DETECT_EVENT;
+    return DCHAN_SUCCESS;
+}
+
+/* ---- open, connect, close ------------------------------------------------------------ */
+
+static int shm_open_(struct dchan_prov *p)
+{
+    dchan_ctx_t *ctx = p->ctx;
+    const struct dchan_params *pv = dchan_ctx_params(ctx);
+    uint64_t slots = pv->SHM_RING_SLOTS;
+    char name[64];
+
+    if (!pv->SHM_CMA) {
+        dchan_info(ctx, "shm", "DCHAN_SHM_CMA=0: not used");
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    if (slots < 64 || slots > (1u << 24) || (slots & (slots - 1))) {
+        dchan_err(ctx, "shm", "DCHAN_SHM_RING_SLOTS=%lu: a power of two from 64 to 16777216",
+                  (unsigned long)slots);
+        return DCHAN_ERR_INVALID_ARG;
+    }
+    uint64_t ring_off = SHM_HDR_BYTES;
+    uint64_t data_off = (ring_off + slots * sizeof(struct shm_slot) + 4095) & ~(uint64_t)4095;
+    size_t size = ((size_t)pv->SHM_SEGMENT_SIZE + 4095) & ~(size_t)4095;
+    if (size < data_off + 65536) {
+        dchan_err(ctx, "shm", "DCHAN_SHM_SEGMENT_SIZE=%lu is too small for a ring of %lu "
+                  "records (at least %lu)",
+                  pv->SHM_SEGMENT_SIZE, (unsigned long)slots,
+                  (unsigned long)(data_off + 65536));
+        return DCHAN_ERR_INVALID_ARG;
+    }
+
+    struct shm_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return DCHAN_ERR_NO_MEMORY;
+    s->fd = -1;
+    s->peers = calloc((size_t)dchan_ctx_nranks(ctx), sizeof *s->peers);
+    s->ext = malloc(16 * sizeof *s->ext);
+    if (!s->peers || !s->ext)
+        goto nomem;
+    s->ext_cap = 16;
+    snprintf(name, sizeof name, "dchan-%016llx-%d", (unsigned long long)dchan_ctx_job_key(ctx),
+             dchan_ctx_rank(ctx));
+    s->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (s->fd < 0 || fchmod(s->fd, 0600) != 0 || ftruncate(s->fd, (off_t)size) != 0 ||
+        fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        dchan_info(ctx, "shm", "cannot create a segment of %zu bytes: %s", size,
+                   strerror(errno));
+        goto fail;
+    }
+    s->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        dchan_info(ctx, "shm", "cannot map a segment of %zu bytes: %s", size, strerror(errno));
+        goto fail;
+    }
+    s->size = size;
+    s->hdr = (struct shm_hdr *)s->base;
+    s->ring = (struct shm_slot *)(s->base + ring_off);
+    s->ring_mask = slots - 1;
+    for (uint64_t i = 0; i < slots; i++)
+        s->ring[i].seq = 0; /* position i is complete when seq == i + 1 */
+    s->hdr->version = SHM_VERSION;
+    s->hdr->job_key = dchan_ctx_job_key(ctx);
+    s->hdr->rank = dchan_ctx_rank(ctx);
+    s->hdr->pid = (int32_t)getpid();
+    s->hdr->size = size;
+    s->hdr->ring_off = ring_off;
+    s->hdr->ring_slots = slots;
+    s->hdr->data_off = data_off;
+    __atomic_store_n(&s->hdr->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+    s->ext[0] = (struct shm_ext){data_off, size - data_off, 0};
+    s->next = 1;
+
+    s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
+                                (int32_t)getpid(), s->fd};
+    s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){s->base, size, (uint64_t)(uintptr_t)s->base,
+                                                     getpid(), s->ring, s->ring_mask, ring_off,
+                                                     data_off, 0};
+    p->state = s;
+    p->addr = &s->addr;
+    p->addr_len = sizeof s->addr;
+    p->default_detect = DCHAN_DETECT_EVENT;
+    snprintf(p->desc, sizeof p->desc, "memfd segment %zu MiB, ring %lu, Cross Memory Attach",
+             size >> 20, (unsigned long)slots);
+    return DCHAN_SUCCESS;
+
+nomem:
+    errno = ENOMEM;
+fail:
+    if (s->base)
+        munmap(s->base, size);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->peers);
+    free(s->ext);
+    free(s);
+    return errno == ENOMEM ? DCHAN_ERR_NO_MEMORY : DCHAN_ERR_UNSUPPORTED;
+}
+
+/* Map rank r's segment through its owner's descriptor, and check that it
+ * is what r published: this job's, this user's, sealed, mode 0600. */
+static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
+{
+    dchan_ctx_t *ctx = p->ctx;
+    struct shm_state *s = st(p);
+    char path[64];
+    struct stat sb;
+    int fd, rc = DCHAN_ERR_UNSUPPORTED;
+
+    if (a->job_key != dchan_ctx_job_key(ctx) || a->pid <= 0 || a->fd < 0 ||
+        a->size != s->size) {
+        dchan_info(ctx, "shm", "rank %d published a segment that is not this job's", r);
+        return DCHAN_ERR_HANDLE;
+    }
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)a->pid, (int)a->fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        dchan_info(ctx, "shm", "cannot open rank %d's segment (%s): %s", r, path,
+                   strerror(errno));
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != a->size || sb.st_uid != geteuid() ||
+        (sb.st_mode & 0777) != 0600 || seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        dchan_info(ctx, "shm", "rank %d's segment is not a sealed 0600 segment of this user", r);
+        close(fd);
+        return DCHAN_ERR_HANDLE;
+    }
+    char *base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        dchan_info(ctx, "shm", "cannot map rank %d's segment: %s", r, strerror(errno));
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    const struct shm_hdr *h = (const struct shm_hdr *)base;
+    uint64_t slots = h->ring_slots;
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
+        h->job_key != a->job_key || h->rank != r || h->pid != a->pid || h->size != a->size ||
+        h->ring_off != SHM_HDR_BYTES || slots < 64 || (slots & (slots - 1)) ||
+        h->data_off < h->ring_off + slots * sizeof(struct shm_slot) ||
+        h->data_off >= h->size) {
+        dchan_info(ctx, "shm", "rank %d's segment header does not match this job", r);
+        rc = DCHAN_ERR_HANDLE;
+        goto unmap;
+    }
+    /* Mapped: the owner may close its descriptor as far as we are concerned. */
+    __atomic_fetch_add(&((struct shm_hdr *)base)->attached, 1, __ATOMIC_RELEASE);
+    /* Cross Memory Attach must work too (buffers outside the segment). */
+    uint64_t v = dchan_ctx_job_key(ctx);
+    struct iovec l = {&v, sizeof v},
+                 rv = {(void *)(uintptr_t)(a->base + offsetof(struct shm_hdr, cma_probe)),
+                       sizeof v};
+    if (process_vm_writev(a->pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v) {
+        dchan_info(ctx, "shm", "Cross Memory Attach to rank %d is not permitted (%s): ptrace "
+                   "restrictions or another user",
+                   r, strerror(errno));
+        goto unmap;
+    }
+    s->peers[r] = (struct shm_peer){base, a->size, a->base, a->pid,
+                                    (struct shm_slot *)(base + h->ring_off), slots - 1,
+                                    h->ring_off, h->data_off, 0};
+    return DCHAN_SUCCESS;
+unmap:
+    munmap(base, a->size);
+    return rc;
+}
+
+static int shm_connect(struct dchan_prov *p, const void *addrs, size_t len)
+{
+    dchan_ctx_t *ctx = p->ctx;
+    struct shm_state *s = st(p);
+    int me = dchan_ctx_rank(ctx), n = dchan_ctx_nranks(ctx), nlocal = 0, rc = DCHAN_SUCCESS;
+
+    if (len < sizeof(struct shm_addr))
+        return DCHAN_ERR_PROVIDER;
+    for (int r = 0; r < n; r++) {
+        if (r == me || !dchan_ctx_same_host(ctx, r))
+            continue;
+        nlocal++;
+        struct shm_addr a;
+        memcpy(&a, (const char *)addrs + (size_t)r * len, sizeof a);
+        /* Every rank attaches every peer even after a failure, so that no
+         * owner waits for a peer that gave up early. */
+        int arc = attach(p, r, &a);
+        if (arc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
+            rc = arc;
+    }
+    /* A peer that could not even map us cannot count: bound the wait. */
+    uint64_t deadline = now_ns() + dchan_ctx_params(ctx)->DRAIN_TIMEOUT_MS * 1000000ull;
+    while (__atomic_load_n(&s->hdr->attached, __ATOMIC_ACQUIRE) < (uint64_t)nlocal) {
+        if (now_ns() > deadline) {
+            dchan_info(ctx, "shm", "not every peer on this host mapped the segment");
+            if (rc == DCHAN_SUCCESS)
+                rc = DCHAN_ERR_PEER;
+            break;
+        }
+        sched_yield();
+    }
+    /* From here on nothing outside the job can open the segment. */
+    close(s->fd);
+    s->fd = -1;
+    if (rc == DCHAN_SUCCESS)
+        snprintf(p->desc, sizeof p->desc,
+                 "memfd segment %zu MiB, ring %lu records, %d peer%s on this host, Cross Memory "
+                 "Attach",
+                 s->size >> 20, (unsigned long)(s->ring_mask + 1), nlocal, nlocal == 1 ? "" : "s");
+    return rc;
+}
+
+static void shm_close(struct dchan_prov *p)
+{
+    struct shm_state *s = st(p);
+    int me = dchan_ctx_rank(p->ctx), n = dchan_ctx_nranks(p->ctx);
+    if (!s)
+        return;
+    for (int r = 0; r < n; r++)
+        if (r != me && s->peers[r].base)
+            munmap(s->peers[r].base, s->peers[r].size);
+    if (s->fd >= 0)
+        close(s->fd);
+    munmap(s->base, s->size);
+    free(s->peers);
+    free(s->ext);
+    free(s);
+    p->state = NULL;
+}
+
+/* ---- the segment's allocator ---------------------------------------------------------- */
+
+/* Metadata lives in private memory: peers can write the segment, never
+ * its allocator's bookkeeping. */
+static int ext_reserve(struct shm_state *s, size_t more)
+{
+    if (s->next + more <= s->ext_cap)
+        return 0;
+    struct shm_ext *n = realloc(s->ext, 2 * s->ext_cap * sizeof *n);
+    if (!n)
+        return -1;
+    s->ext = n;
+    s->ext_cap *= 2;
+    return 0;
+}
+
+/* Room was reserved with ext_reserve. */
+static void ext_insert(struct shm_state *s, size_t i, struct shm_ext e)
+{
+    memmove(&s->ext[i + 1], &s->ext[i], (s->next - i) * sizeof *s->ext);
+    s->ext[i] = e;
+    s->next++;
+}
+
+static void ext_remove(struct shm_state *s, size_t i)
+{
+    memmove(&s->ext[i], &s->ext[i + 1], (s->next - i - 1) * sizeof *s->ext);
+    s->next--;
+}
+
+static int shm_mem_alloc(struct dchan_prov *p, size_t size, size_t align, void **ptr)
+{
+    struct shm_state *s = st(p);
+    if (align < SHM_ALIGN)
+        align = SHM_ALIGN;
+    uint64_t len = ((uint64_t)size + SHM_ALIGN - 1) & ~(uint64_t)(SHM_ALIGN - 1);
+    for (size_t i = 0; i < s->next; i++) {
+        struct shm_ext *e = &s->ext[i];
+        if (e->used)
+            continue;
+        uint64_t start = (e->off + align - 1) & ~(uint64_t)(align - 1);
+        if (start + len > e->off + e->len)
+            continue;
+        /* Split into [gap][block][rest]; a gap is always a multiple of 64. */
+        uint64_t gap = start - e->off, rest = e->off + e->len - start - len;
+        if (ext_reserve(s, 2) != 0)
+            return DCHAN_ERR_NO_MEMORY;
+        e = &s->ext[i];
+        size_t at = i;
+        if (gap) {
+            e->len = gap;
+            ext_insert(s, ++at, (struct shm_ext){start, len, 1});
+        } else {
+            *e = (struct shm_ext){start, len, 1};
+        }
+        if (rest)
+            ext_insert(s, at + 1, (struct shm_ext){start + len, rest, 0});
+        *ptr = s->base + start;
+        return DCHAN_SUCCESS;
+    }
+    return DCHAN_ERR_NO_MEMORY;
+}
+
+static void shm_mem_free(struct dchan_prov *p, void *ptr)
+{
+    struct shm_state *s = st(p);
+    uint64_t off = (uint64_t)((char *)ptr - s->base);
+    size_t lo = 0, hi = s->next;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->ext[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == s->next || s->ext[lo].off != off || !s->ext[lo].used)
+        return; /* the core only passes what mem_alloc returned */
+    struct shm_ext *e = &s->ext[lo];
+    /* Give large blocks' pages back to the system; mappings refault zeros. */
+    uint64_t a = (e->off + 4095) & ~(uint64_t)4095, b = (e->off + e->len) & ~(uint64_t)4095;
+    if (b > a && b - a >= ((uint64_t)1 << 20))
+        madvise(s->base + a, b - a, MADV_REMOVE);
+    e->used = 0;
+    if (lo + 1 < s->next && !s->ext[lo + 1].used) {
+        e->len += s->ext[lo + 1].len;
+        ext_remove(s, lo + 1);
+    }
+    if (lo > 0 && !s->ext[lo - 1].used) {
+        s->ext[lo - 1].len += e->len;
+        ext_remove(s, lo);
+    }
+}
+
+/* ---- receiver ------------------------------------------------------------------------- */
+
+/* Where peers write [ptr, ptr + len): an offset in the own segment's data
+ * area, or (Cross Memory Attach) the virtual address. */
+static int locate(const struct shm_state *s, const void *ptr, size_t len, uint64_t *where)
+{
+    uintptr_t a = (uintptr_t)ptr, lo = (uintptr_t)s->base + s->hdr->data_off,
+              hi = (uintptr_t)s->base + s->size;
+    if (a >= lo && a < hi && len <= hi - a) {
+        *where = a - (uintptr_t)s->base;
+        return SHM_LOC_SEGMENT;
+    }
+    *where = a;
+    return SHM_LOC_CMA;
+}
+
+static int shm_recv_open(dchan_handle_t *h, unsigned char *wf)
+{
+    struct shm_state *s = st(dchan_h_prov(h));
+    uint64_t where;
+
+    wf[WF_BUF_LOC] = (unsigned char)locate(s, dchan_h_buf(h), dchan_h_size(h), &where);
+    dchan_put_le64(wf + WF_BUF, where);
+    if (dchan_h_detect(h) == DCHAN_DETECT_FLAG) {
+        wf[WF_SEQ_LOC] = (unsigned char)locate(s, dchan_h_seq_word(h), 8, &where);
+        dchan_put_le64(wf + WF_SEQ, where);
+    }
+    return DCHAN_SUCCESS;
+}
+
+static void shm_recv_close(dchan_handle_t *h)
+{
+}
+
+/* Consume the own ring: one acquire load when it is empty. */
+static int shm_progress(struct dchan_prov *p)
+{
+    struct shm_state *s = st(p);
+    int n = 0;
+    for (;;) {
+        struct shm_slot *sl = &s->ring[s->ring_head & s->ring_mask];
+        if (__atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE) != s->ring_head + 1)
+            break;
+        uint32_t id = sl->id;
+        s->ring_head++;
+        /* Producers reuse the slot once they see the head past it. */
+        __atomic_store_n(&s->hdr->ring_head, s->ring_head, __ATOMIC_RELEASE);
+        dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
+        if (h && dchan_h_prov(h) == p && dchan_h_detect(h) == DCHAN_DETECT_EVENT)
+            dchan_core_arrival(h);
+        n++;
+    }
+    return n;
+}
+
+/* ---- sender ------------------------------------------------------------------------------ */
+
+static int shm_send_open(dchan_handle_t *h, const unsigned char *wf)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct shm_state *s = st(p);
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    int peer = dchan_h_peer(h), detect = dchan_h_detect(h);
+    struct shm_peer *pr = &s->peers[peer];
+    uint64_t size = dchan_h_size(h), buf = dchan_get_le64(wf + WF_BUF),
+             seq = dchan_get_le64(wf + WF_SEQ);
+
+    if (!pr->base)
+        return DCHAN_ERR_HANDLE; /* not a peer of this host */
+    for (int i = WF_SEQ + 8; i < DCHAN_WIRE_PROV_BYTES; i++)
+        if (wf[i])
+            return DCHAN_ERR_HANDLE;
+    for (int i = 2; i < WF_BUF; i++)
+        if (wf[i])
+            return DCHAN_ERR_HANDLE;
+    sh->peer = pr;
+    sh->pid = pr->pid;
+    sh->local = peer == dchan_ctx_rank(p->ctx);
+    switch (wf[WF_BUF_LOC]) {
+    case SHM_LOC_SEGMENT:
+        if (buf < pr->data_off || buf > pr->size || size > pr->size - buf ||
+            (detect == DCHAN_DETECT_SENTINEL && buf % 8))
+            return DCHAN_ERR_HANDLE;
+        sh->dst = pr->base + buf;
+        break;
+    case SHM_LOC_CMA:
+        if (buf == 0 || buf + size < buf || (detect == DCHAN_DETECT_SENTINEL && buf % 8))
+            return DCHAN_ERR_HANDLE;
+        sh->dst_va = buf;
+        break;
+    default:
+        return DCHAN_ERR_HANDLE;
+    }
+    if (detect == DCHAN_DETECT_FLAG) {
+        if (seq % 8)
+            return DCHAN_ERR_HANDLE;
+        if (wf[WF_SEQ_LOC] == SHM_LOC_SEGMENT) {
+            if (seq < pr->data_off || seq > pr->size - 8)
+                return DCHAN_ERR_HANDLE;
+            sh->seq_dst = (uint64_t *)(pr->base + seq);
+        } else if (wf[WF_SEQ_LOC] == SHM_LOC_CMA && seq != 0) {
+            sh->seq_va = seq;
+        } else {
+            return DCHAN_ERR_HANDLE;
+        }
+    } else if (wf[WF_SEQ_LOC] != 0 || seq != 0) {
+        return DCHAN_ERR_HANDLE;
+    }
+    return DCHAN_SUCCESS;
+}
+
+static int errno_code(int e)
+{
+    switch (e) {
+    case ESRCH:
+        return DCHAN_ERR_PEER; /* the receiver's process is gone */
+    case EFAULT:
+        return DCHAN_ERR_HANDLE; /* its buffer is no longer mapped there */
+    case ENOMEM:
+        return DCHAN_ERR_NO_MEMORY;
+    default:
+        return DCHAN_ERR_PROVIDER;
+    }
+}
+
+/* Write len bytes at the peer's virtual address va. */
+static int cma_write(const struct shm_sh *sh, const void *src, uint64_t va, size_t len)
+{
+    if (sh->local) {
+        memcpy((void *)(uintptr_t)va, src, len);
+        return DCHAN_SUCCESS;
+    }
+    while (len) {
+        size_t n = len < SHM_CMA_CHUNK ? len : SHM_CMA_CHUNK;
+        struct iovec l = {(void *)src, n}, r = {(void *)(uintptr_t)va, n};
+        ssize_t w = process_vm_writev(sh->pid, &l, 1, &r, 1, 0);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return errno_code(w < 0 ? errno : EFAULT);
+        src = (const char *)src + w;
+        va += (uint64_t)w;
+        len -= (size_t)w;
+    }
+    return DCHAN_SUCCESS;
+}
+
+static int write_body(const struct shm_sh *sh, const void *src, size_t len)
+{
+    if (len == 0)
+        return DCHAN_SUCCESS;
+    if (!sh->dst)
+        return cma_write(sh, src, sh->dst_va, len);
+    memcpy(sh->dst, src, len);
+    if (len >= SHM_NT_FENCE_BYTES)
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return DCHAN_SUCCESS;
+}
+
+/* Append an arrival record to the receiver's ring; DCHAN_ERR_AGAIN when it
+ * is full (the receiver has not polled for a whole ring of arrivals). */
+static int ring_add(struct shm_peer *pr, uint32_t id)
+{
+    struct shm_hdr *hdr = (struct shm_hdr *)pr->base;
+    uint64_t pos = __atomic_load_n(&hdr->ring_tail, __ATOMIC_RELAXED);
+    for (;;) {
+        if (pos - pr->head_seen > pr->ring_mask) {
+            pr->head_seen = __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE);
+            if (pos - pr->head_seen > pr->ring_mask)
+                return DCHAN_ERR_AGAIN;
+        }
+        if (__atomic_compare_exchange_n(&hdr->ring_tail, &pos, pos + 1, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    struct shm_slot *sl = &pr->ring[pos & pr->ring_mask];
+    sl->id = id;
+    /* Release: the body and the id are visible before the record is. */
+    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+    return DCHAN_SUCCESS;
+}
+
+static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
+{
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    int rc = DCHAN_SUCCESS;
+
+    switch (d->detect) {
+    case DCHAN_DETECT_SENTINEL: {
+        /* The body, then the tail: the receiver polls the tail. */
+        uint64_t tail;
+        memcpy(&tail, (const char *)d->src + d->size - 8, 8);
+        rc = write_body(sh, d->src, d->size - 8);
+        if (rc != DCHAN_SUCCESS)
+            break;
+        if (sh->dst)
+            __atomic_store_n((uint64_t *)(sh->dst + d->size - 8), tail, __ATOMIC_RELEASE);
+        else
+            rc = cma_write(sh, &tail, sh->dst_va + d->size - 8, 8);
+        break;
+    }
+    case DCHAN_DETECT_FLAG:
+        rc = write_body(sh, d->src, d->size);
+        if (rc != DCHAN_SUCCESS)
+            break;
+        if (sh->seq_dst)
+            __atomic_store_n(sh->seq_dst, d->seq, __ATOMIC_RELEASE);
+        else
+            rc = cma_write(sh, d->seq_src, sh->seq_va, 8);
+        break;
+    default:
+        /* A full ring returns AGAIN and the core retries this put: the body
+         * is not written twice. */
+        if (!sh->body_done) {
+            rc = write_body(sh, d->src, d->size);
+            if (rc != DCHAN_SUCCESS)
+                break;
+            sh->body_done = 1;
+        }
+        rc = ring_add(sh->peer, dchan_h_remote_id(h));
+        if (rc == DCHAN_ERR_AGAIN)
+            return rc;
+        sh->body_done = 0;
+        break;
+    }
+    if (rc == DCHAN_ERR_PEER || rc == DCHAN_ERR_HANDLE) {
+        /* The failure belongs to this handle: report it there, the put
+         * call itself returns the code too. */
+        dchan_core_put_done(h, rc);
+        return rc;
+    }
+    if (rc == DCHAN_SUCCESS)
+        dchan_core_put_done(h, DCHAN_SUCCESS);
+    return rc;
+}
+
+static void shm_put_abandon(dchan_handle_t *h)
+{
+    DCHAN_PROV_PRIV(h, struct shm_sh)->body_done = 0;
+}
+
+static void shm_send_close(dchan_handle_t *h)
+{
+}
+
+const struct dchan_provider_ops dchan_shm_ops = {
+    .name = "shm",
+    .wire_id = DCHAN_PROV_ID_SHM,
+    .scope = DCHAN_SCOPE_HOST,
+    .modes = DCHAN_MODE_BIT(DCHAN_DETECT_SENTINEL) | DCHAN_MODE_BIT(DCHAN_DETECT_FLAG) |
+             DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
+    .probe = shm_probe,
+    .open = shm_open_,
+    .connect = shm_connect,
+    .close = shm_close,
+    .mr_reg = dchan_prov_nosys_mr_reg,
+    .mr_dereg = dchan_prov_nosys_mr_dereg,
+    .mem_alloc = shm_mem_alloc,
+    .mem_free = shm_mem_free,
+    .recv_open = shm_recv_open,
+    .recv_arm = dchan_prov_noop_recv_arm,
+    .recv_close = shm_recv_close,
+    .send_open = shm_send_open,
+    .put = shm_put,
+    .put_abandon = shm_put_abandon,
+    .send_close = shm_send_close,
+    .progress = shm_progress,
+};
