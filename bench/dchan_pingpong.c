@@ -9,6 +9,9 @@
  *   mpi-put-pscw  MPI_Put into a window, post/start/complete/wait
  *   mpi-put-lock  passive target: MPI_Put, MPI_Win_flush, then a flag put that
  *                 the target polls
+ *   ucx-put       raw UCX (UCP, when configure found it): ucp_put_nbx of the
+ *                 body, ucp_worker_fence, then a put of the last word that
+ *                 the target polls; nothing of dchan or MPI in between
  *   cacheline     two processes bouncing one shared cache line: the physical
  *                 floor of this machine's core-to-core latency
  *
@@ -19,15 +22,30 @@
  * the mean over its round trips; a result is the median over repetitions,
  * with their min and max. Every arrival is checked (bench.h: stamps).
  */
+#include "config.h"
+
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef HAVE_UCX
+#include <ucp/api/ucp.h>
+#endif
 
 #include "bench.h"
 
 #define TAG_PP 11
 
-enum kind { K_DCHAN, K_SENDRECV, K_PSCW, K_LOCK };
+enum kind {
+    K_DCHAN,
+    K_SENDRECV,
+    K_PSCW,
+    K_LOCK,
+#ifdef HAVE_UCX
+    K_UCX,
+#endif
+};
 
 struct impl {
     enum kind kind;
@@ -339,6 +357,292 @@ static void lock_teardown(struct impl *m)
     bench_free(m->flag_src);
 }
 
+/* ---- raw UCX: body put, fence, flag put ------------------------------------------- */
+
+#ifdef HAVE_UCX
+/*
+ * One UCP context, worker and endpoint for the whole run, opened before the
+ * first size like the cache line. Each rank receives into one buffer of the
+ * largest size that UCX allocated itself (UCP_MEM_MAP_ALLOCATE): memory
+ * from a shared-memory memory domain is what lets UCX's posix or sysv
+ * transport write into it with a plain copy; a malloc'd buffer would be
+ * reachable only through cma's system call. Send buffers are the ordinary
+ * per-size ones: an RMA source needs no registration on shared memory, and
+ * a transport that wants one registers (and caches) it during warm-up.
+ */
+static struct {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_ep_h ep;
+    ucp_mem_h memh;
+    ucp_rkey_h rkey;      /* the peer's receive buffer */
+    unsigned char *rbuf;  /* this rank's receive buffer */
+    uint64_t raddr;       /* the peer's, as an address in its process */
+} ux;
+
+/* A message of the current size starts this far into a receive buffer, so
+ * that its last word, the one the target polls, is 8-byte aligned (an
+ * atomic load wants that) at any size. Both ranks compute it from the
+ * receiver's address. */
+static size_t ucx_offset(uint64_t base)
+{
+    return (size_t)((8 - (base + size) % 8) % 8);
+}
+
+/* Waits until a request is complete, making progress; NULL: done inline. */
+static ucs_status_t ucx_wait(ucs_status_ptr_t req, const char *what)
+{
+    ucs_status_t st;
+    struct bench_spin sp;
+    if (req == NULL)
+        return UCS_OK;
+    if (UCS_PTR_IS_ERR(req))
+        return UCS_PTR_STATUS(req);
+    bench_spin_init(&sp, what);
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+        ucp_worker_progress(ux.worker);
+        bench_spin(&sp);
+    }
+    ucp_request_free(req);
+    return st;
+}
+
+/* An MPI barrier that keeps this worker progressing: the peer's endpoint
+ * may need it (wire-up, a flush) while this rank waits. */
+static void ucx_barrier(void)
+{
+    MPI_Request r;
+    int done = 0;
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the peer at a ucx-put barrier");
+    MPI_Ibarrier(bench_comm, &r);
+    for (;;) {
+        if (ux.worker)
+            ucp_worker_progress(ux.worker);
+        MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+        if (done)
+            break;
+        bench_spin(&sp);
+    }
+}
+
+/* Sends len bytes to the peer and returns what it sent (malloc'd). */
+static void *ucx_swap(const void *mine, size_t len, size_t *theirs_len)
+{
+    uint64_t n = len, m = 0;
+    MPI_Sendrecv(&n, 1, MPI_UINT64_T, peer, TAG_PP, &m, 1, MPI_UINT64_T, peer, TAG_PP,
+                 bench_comm, MPI_STATUS_IGNORE);
+    if (n > INT_MAX || m > INT_MAX)
+        bench_fatal("a UCX address or key of %llu bytes", (unsigned long long)(n > m ? n : m));
+    void *theirs = malloc(m ? (size_t)m : 1);
+    if (!theirs)
+        bench_fatal("out of memory");
+    MPI_Sendrecv(mine, (int)n, MPI_BYTE, peer, TAG_PP, theirs, (int)m, MPI_BYTE, peer, TAG_PP,
+                 bench_comm, MPI_STATUS_IGNORE);
+    *theirs_len = (size_t)m;
+    return theirs;
+}
+
+/* Takes down whatever ucx_open set up; collective. force: the endpoint may
+ * be half set up (an open that failed), so do not wait for a flush. */
+static void ucx_close(int force)
+{
+    if (ux.rkey)
+        ucp_rkey_destroy(ux.rkey);
+    if (ux.ep) {
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                   .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+        ucs_status_t st = ucx_wait(ucp_ep_close_nbx(ux.ep, &prm), "a ucx-put endpoint to close");
+        if (st != UCS_OK && !force)
+            bench_fatal("ucp_ep_close_nbx: %s", ucs_status_string(st));
+    }
+    /* Neither rank unmaps memory the other may still write, nor destroys a
+     * worker whose endpoint the other is closing. */
+    ucx_barrier();
+    if (ux.memh)
+        ucp_mem_unmap(ux.ctx, ux.memh);
+    if (ux.worker)
+        ucp_worker_destroy(ux.worker);
+    if (ux.ctx)
+        ucp_cleanup(ux.ctx);
+    memset(&ux, 0, sizeof ux);
+}
+
+/* Opens UCX for receive buffers of up to len bytes; collective. -1 (with a
+ * note, the run goes on without ucx-put) when any rank cannot. */
+static int ucx_open(size_t len)
+{
+    ucp_params_t cp = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_RMA};
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SINGLE};
+    ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                                             UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                               .address = NULL,
+                               .length = len + 8, /* room for ucx_offset */
+                               .flags = UCP_MEM_MAP_ALLOCATE};
+    ucp_mem_attr_t ma = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH};
+    const char *what = "ucp_init";
+    ucs_status_t st;
+
+    /* A handle stays NULL unless its creation succeeded: ucx_close
+     * takes down what is not. */
+    memset(&ux, 0, sizeof ux);
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_mem_h memh;
+    if ((st = ucp_init(&cp, NULL, &ctx)) == UCS_OK)
+        ux.ctx = ctx;
+    if (st == UCS_OK) {
+        what = "ucp_worker_create";
+        if ((st = ucp_worker_create(ux.ctx, &wp, &worker)) == UCS_OK)
+            ux.worker = worker;
+    }
+    if (st == UCS_OK) {
+        what = "ucp_mem_map";
+        if ((st = ucp_mem_map(ux.ctx, &mp, &memh)) == UCS_OK)
+            ux.memh = memh;
+    }
+    if (st == UCS_OK) {
+        what = "ucp_mem_query";
+        st = ucp_mem_query(ux.memh, &ma);
+    }
+    if (st == UCS_OK && ((uintptr_t)ma.address % 8 || ma.length < len + 8)) {
+        what = "ucp_mem_map (an unaligned or short buffer)";
+        st = UCS_ERR_NO_MEMORY;
+    }
+    if (agree(st == UCS_OK ? 0 : -1) != 0)
+        goto fail;
+    ux.rbuf = ma.address;
+    memset(ux.rbuf, 0, len + 8); /* and every page touched before timing */
+
+    /* Worker addresses, then endpoints: nothing else about UCX goes
+     * through MPI. */
+    ucp_address_t *addr;
+    size_t alen, plen;
+    if ((st = ucp_worker_get_address(ux.worker, &addr, &alen)) != UCS_OK)
+        bench_fatal("ucp_worker_get_address: %s", ucs_status_string(st));
+    void *paddr = ucx_swap(addr, alen, &plen);
+    ucp_worker_release_address(ux.worker, addr);
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = paddr};
+    ucp_ep_h eph;
+    what = "ucp_ep_create";
+    if ((st = ucp_ep_create(ux.worker, &ep, &eph)) == UCS_OK)
+        ux.ep = eph;
+    free(paddr);
+
+    /* The receive buffer's key and address. */
+    void *rk = NULL, *prk;
+    size_t rklen = 0, prklen;
+    uint64_t mine = (uint64_t)(uintptr_t)ux.rbuf;
+    if (st == UCS_OK) {
+        what = "ucp_rkey_pack";
+        st = ucp_rkey_pack(ux.ctx, ux.memh, &rk, &rklen);
+    }
+    prk = ucx_swap(rk ? rk : "", rk ? rklen : 0, &prklen); /* always: the peer waits */
+    if (rk)
+        ucp_rkey_buffer_release(rk);
+    MPI_Sendrecv(&mine, 1, MPI_UINT64_T, peer, TAG_PP, &ux.raddr, 1, MPI_UINT64_T, peer, TAG_PP,
+                 bench_comm, MPI_STATUS_IGNORE);
+    if (st == UCS_OK && prklen == 0) {
+        what = "the peer's ucp_rkey_pack";
+        st = UCS_ERR_NO_ELEM;
+    }
+    if (st == UCS_OK) {
+        /* UCS_ERR_UNREACHABLE here: no transport reaches the peer's memory. */
+        ucp_rkey_h rkey;
+        what = "ucp_ep_rkey_unpack";
+        if ((st = ucp_ep_rkey_unpack(ux.ep, prk, &rkey)) == UCS_OK)
+            ux.rkey = rkey;
+    }
+    free(prk);
+    if (agree(st == UCS_OK ? 0 : -1) != 0)
+        goto fail;
+    return 0;
+
+fail:
+    /* Said by the rank that failed, then by rank 0 for the run's record. */
+    if (st != UCS_OK)
+        fprintf(stderr, "%s: rank %d: ucx-put: %s: %s\n", o.prog, bench_rank, what,
+                ucs_status_string(st));
+    ucx_close(1);
+    bench_note("%s: ucx-put: UCX cannot be used here; skipped\n", o.prog);
+    return -1;
+}
+
+/* The per-size receive buffer: the mapped one, cleared, so that nothing
+ * of the last size can pass for this size's first arrival. */
+static unsigned char *ucx_recv_buffer(void)
+{
+    unsigned char *b = ux.rbuf + ucx_offset((uint64_t)(uintptr_t)ux.rbuf);
+    memset(ux.rbuf, 0, size + 8);
+    /* The peer's first put of this size must not land before the clearing. */
+    ucx_barrier();
+    return b;
+}
+
+static void ucx_send(struct impl *m)
+{
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    uint64_t dst = ux.raddr + ucx_offset(ux.raddr);
+    ucs_status_ptr_t body = NULL, flag;
+    ucs_status_t st;
+
+    bench_fill(m->sbuf, size, m->tx_stream, ++m->tx_seq, o.check_full);
+    if (size > 8) {
+        body = ucp_put_nbx(ux.ep, m->sbuf, size - 8, dst, ux.rkey, &prm);
+        if (UCS_PTR_IS_ERR(body))
+            bench_fatal("ucp_put_nbx (body): %s", ucs_status_string(UCS_PTR_STATUS(body)));
+        /* The last word must not land before the body: the target takes
+         * its arrival for the arrival of the whole. Whether the fence also
+         * orders puts that UCX sends over two different transports depends
+         * on its version; on shared memory each put is a copy finished
+         * before ucp_put_nbx returns (no request comes back), so the order
+         * holds either way, and the head word the target checks would
+         * catch a late body. */
+        if ((st = ucp_worker_fence(ux.worker)) != UCS_OK)
+            bench_fatal("ucp_worker_fence: %s", ucs_status_string(st));
+    }
+    flag = ucp_put_nbx(ux.ep, m->sbuf + size - 8, 8, dst + size - 8, ux.rkey, &prm);
+    /* Both complete locally before the send buffer may be rewritten; on
+     * shared memory they already are. */
+    if ((st = ucx_wait(body, "the ucx-put body to complete locally")) != UCS_OK)
+        bench_fatal("ucp_put_nbx (body): %s", ucs_status_string(st));
+    if ((st = ucx_wait(flag, "the ucx-put flag to complete locally")) != UCS_OK)
+        bench_fatal("ucp_put_nbx (flag): %s", ucs_status_string(st));
+}
+
+static void ucx_recv(struct impl *m)
+{
+    const uint64_t *tail = (const uint64_t *)(m->rbuf + size - 8);
+    uint64_t want = ~bench_stamp(m->rx_stream, m->rx_seq + 1);
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the ucx-put flag word");
+    while (__atomic_load_n(tail, __ATOMIC_ACQUIRE) != want) {
+        /* Shared-memory RMA needs nothing of the target; a transport that
+         * does (wire-up, RMA emulated over messages) gets it here, as
+         * seldom as mpi-put-lock's probe. */
+        if ((sp.n & 0x3f) == 0x3f)
+            ucp_worker_progress(ux.worker);
+        bench_spin(&sp);
+    }
+    bench_check(m->rbuf, size, m->rx_stream, ++m->rx_seq, body_mode(), m->name);
+}
+
+static void ucx_run(struct impl *m, long n)
+{
+    for (long i = 0; i < n; i++) {
+        if (bench_rank == 0) {
+            ucx_send(m);
+            ucx_recv(m);
+        } else {
+            ucx_recv(m);
+            ucx_send(m);
+        }
+    }
+}
+#endif /* HAVE_UCX */
+
 /* ---- the shared cache line ------------------------------------------------------- */
 
 static int cacheline_open(void)
@@ -389,10 +693,30 @@ static void cacheline_close(void)
 
 /* ---- driver ------------------------------------------------------------------------ */
 
+/* Receive buffers are the impl's own, allocated per size, except where a
+ * transport must provide the memory. */
+static unsigned char *recv_buffer(const struct impl *m)
+{
+#ifdef HAVE_UCX
+    if (m->kind == K_UCX)
+        return ucx_recv_buffer();
+#endif
+    return bench_alloc(size);
+}
+
+static void free_recv_buffer(struct impl *m)
+{
+#ifdef HAVE_UCX
+    if (m->kind == K_UCX)
+        return; /* mapped once, for the whole run */
+#endif
+    bench_free(m->rbuf);
+}
+
 static int impl_setup(struct impl *m)
 {
     m->sbuf = bench_alloc(size);
-    m->rbuf = bench_alloc(size);
+    m->rbuf = recv_buffer(m);
     bench_fill_body(m->sbuf, size, m->tx_stream);
     m->tx_seq = m->rx_seq = 0;
     m->arrived = 0;
@@ -421,6 +745,10 @@ static int impl_setup(struct impl *m)
     case K_LOCK:
         lock_setup(m);
         break;
+#ifdef HAVE_UCX
+    case K_UCX:
+        break; /* UCX was set up once, by ucx_open */
+#endif
     }
     return 1;
 }
@@ -440,6 +768,11 @@ static void impl_run(struct impl *m, long n)
     case K_LOCK:
         lock_run(m, n);
         break;
+#ifdef HAVE_UCX
+    case K_UCX:
+        ucx_run(m, n);
+        break;
+#endif
     }
 }
 
@@ -463,10 +796,14 @@ static void impl_teardown(struct impl *m)
     case K_LOCK:
         lock_teardown(m);
         break;
+#ifdef HAVE_UCX
+    case K_UCX:
+        break; /* the last arrival was seen: no put is in flight */
+#endif
     }
     MPI_Barrier(bench_comm);
     bench_free(m->sbuf);
-    bench_free(m->rbuf);
+    free_recv_buffer(m);
 }
 
 static const char *label(const struct impl *m, char *buf, size_t len)
@@ -487,17 +824,26 @@ static void result_line(const struct impl *m, size_t sz, double med, double min,
     fflush(stdout);
 }
 
+#ifdef HAVE_UCX
+#define UCX_BUILT "In this build."
+#else
+#define UCX_BUILT "Not in this build (configured without UCX)."
+#endif
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: mpirun -np 2 dchan_pingpong [options]\n"
             "One-way latency of dchan beside MPI two-sided and one-sided, on 2 ranks.\n"
             "Implementations (--impls): dchan, mpi-sendrecv, mpi-put-pscw, mpi-put-lock,\n"
-            "cacheline. Default sizes: 100 1000 5000 10000 20000 30000 40000 70000 100000\n"
-            "500000 and 2 KiB .. 64 MiB in powers of two. --iters (default 10000) round trips\n"
-            "per size, fewer at large sizes so that at most --budget bytes (default 512M)\n"
-            "go each way; never fewer than --reps (default 25). --warmup (default 1000) is\n"
-            "cut down in proportion.\n\n%s"
+            "ucx-put, cacheline. Default sizes: 100 1000 5000 10000 20000 30000 40000 70000\n"
+            "100000 500000 and 2 KiB .. 64 MiB in powers of two. --iters (default 10000)\n"
+            "round trips per size, fewer at large sizes so that at most --budget bytes\n"
+            "(default 512M) go each way; never fewer than --reps (default 25). --warmup\n"
+            "(default 1000) is cut down in proportion.\n"
+            "ucx-put: raw UCX puts; UCX picks its transports itself, shared memory (sysv,\n"
+            "posix) between ranks of one node; UCX_TLS overrides (e.g. UCX_TLS=posix, or\n"
+            "tcp). Skipped if UCX cannot open. " UCX_BUILT "\n\n%s"
             "  --budget BYTES    bytes per direction per implementation and size\n",
             bench_common_help);
 }
@@ -580,7 +926,7 @@ int main(int argc, char **argv)
         enum kind kind;
         const char *name;
     } peers[] = {{K_SENDRECV, "mpi-sendrecv"}, {K_PSCW, "mpi-put-pscw"}, {K_LOCK, "mpi-put-lock"}};
-    int nimpl = 0, maximpl = ncombos + 3;
+    int nimpl = 0, maximpl = ncombos + (int)(sizeof peers / sizeof peers[0]) + 1;
     struct impl *impls = calloc((size_t)maximpl, sizeof *impls);
     if (!impls)
         bench_fatal("out of memory");
@@ -597,6 +943,20 @@ int main(int argc, char **argv)
         impls[nimpl].name = peers[i].name;
         nimpl++;
     }
+    /* UCX is opened once for the whole run, at the largest size. */
+#ifdef HAVE_UCX
+    int have_ucx = 0;
+    if (bench_in_list(o.impls, "ucx-put") && ucx_open(o.sizes[o.nsizes - 1]) == 0) {
+        impls[nimpl].kind = K_UCX;
+        impls[nimpl].name = "ucx-put";
+        nimpl++;
+        have_ucx = 1;
+    }
+#else
+    if (o.impls && bench_in_list(o.impls, "ucx-put"))
+        bench_note("%s: ucx-put: not in this build (configured without UCX); skipped\n",
+                   o.prog);
+#endif
     for (int i = 0; i < nimpl; i++) {
         struct impl *m = &impls[i];
         m->tx_stream = (unsigned)(2 * i + bench_rank);
@@ -752,6 +1112,10 @@ int main(int argc, char **argv)
 
     if (have_cl)
         cacheline_close();
+#ifdef HAVE_UCX
+    if (have_ucx)
+        ucx_close(0);
+#endif
     for (int i = 0; i < nimpl; i++) {
         free(impls[i].med);
         free(impls[i].min);

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-PEERS = ["mpi-sendrecv", "mpi-put-pscw", "mpi-put-lock", "fi-rma shm"]
+PEERS = ["mpi-sendrecv", "mpi-put-pscw", "mpi-put-lock", "ucx-put", "fi-rma shm"]
 
 
 def parse(path):

@@ -91,6 +91,18 @@ for s in $(echo $sizes | tr , ' '); do
         bad "pingpong: no dchan/mpi/event result at $s bytes"
 done
 grep -q 'impl=cacheline provider=- detect=- size=8 ' "$tmp/pp" || bad "pingpong: no cacheline"
+# The raw UCX baseline, where configure found UCX: a result at every size,
+# unless UCX could not open here, which it must then have said.
+if grep -q '^#define HAVE_UCX 1' "$builddir/config.h" 2>/dev/null; then
+    if grep -q 'ucx-put: UCX cannot be used here; skipped' "$tmp/pingpong.err"; then
+        say "note: ucx-put built but skipped: UCX cannot be used here"
+    else
+        for s in $(echo $sizes | tr , ' '); do
+            grep -q "impl=ucx-put provider=- detect=- size=$s " "$tmp/pp" ||
+                bad "pingpong: no ucx-put result at $s bytes"
+        done
+    fi
+fi
 grep -q '^SKIP bench=pingpong provider=self ' "$tmp/pingpong.out" ||
     bad "pingpong: self (unusable on 2 ranks) was not reported as skipped"
 
