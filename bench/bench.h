@@ -101,6 +101,7 @@ struct bench_combo {
     int want_detect;           /* DCHAN_DETECT_*, or -1: DCHAN_DETECT or automatic */
     dchan_ctx_t *ctx;          /* NULL on ranks that do not take part (singleton self) */
     int singleton;             /* a one-process context on rank 0 (self provider) */
+    int heap_buffers;          /* a "-heap" pseudo provider: buffers from bench_alloc */
     char provider[48];         /* label: the provider in use */
     char detect[16];           /* label: the resolved mode, once a handle exists */
 };
@@ -119,6 +120,13 @@ int bench_combos_open(const struct bench_opts *o, const char *bench, int flags,
 void bench_combos_close(struct bench_combo *c, int n);
 /* Sets the detect label from a handle of the combination's context. */
 void bench_combo_label(struct bench_combo *c, const dchan_handle_t *h);
+/* A dchan impl's buffer: dchan_alloc on the combination's context (in the
+ * shared segment under shm), or bench_alloc for a "-heap" pseudo provider;
+ * zeroed and touched either way. Freed with bench_combo_free, which must
+ * come after the handles using it are destroyed and before the context is
+ * finalized. */
+void *bench_combo_alloc(const struct bench_combo *c, size_t size);
+void bench_combo_free(const struct bench_combo *c, void *p);
 
 const char *bench_detect_word(int mode);
 /* "DCHAN_ERR_SIZE" and so on, for messages and SKIP lines. */

@@ -11,6 +11,15 @@
  * re-posts its K receives and sends an 8-byte ack. Bandwidth is K * size *
  * rounds over the time rank 0 took, in MB/s (10^6 bytes); the median over
  * --reps repetitions is reported, with min and max on stderr.
+ *
+ * dchan's buffers (data and ack) come from its context's dchan_alloc, as a
+ * user after speed would take them (under shm: the shared segment, where a
+ * put is one memcpy), except under a "-heap" pseudo provider (bench.c),
+ * which keeps them on the heap like MPI's.
+ *
+ * memcpy is the physical reference for large puts into shared memory: rank
+ * 0 alone copies K messages per round between two private, touched buffers
+ * of the size (no peer, no signalling), counted like the others.
  */
 #include <getopt.h>
 #include <stdlib.h>
@@ -22,7 +31,7 @@
 #define TAG_ACK 22
 #define MAX_WINDOW 128
 
-enum kind { B_DCHAN, B_MPI };
+enum kind { B_DCHAN, B_MPI, B_MEMCPY };
 
 struct impl {
     enum kind kind;
@@ -47,8 +56,14 @@ static double max_inflight = 512.0 * 1024 * 1024; /* bytes of one window, at mos
 static double budget = 256.0 * 1024 * 1024;       /* bytes per repetition */
 static int peer, K;
 static size_t size;
-static unsigned char *bufs[MAX_WINDOW]; /* rank 0: send buffers; rank 1: receive buffers */
+/* The current impl's: rank 0's send buffers, rank 1's receive buffers, and
+ * the ack. They point at the heap ones below, or at a dchan impl's own. */
+static unsigned char *bufs[MAX_WINDOW];
 static uint64_t *ack_buf;
+static unsigned char *heap_bufs[MAX_WINDOW];
+static uint64_t *heap_ack;
+/* memcpy: the destination, private to rank 0 (the source is bufs[0]). */
+static unsigned char *copy_dst;
 
 static unsigned data_stream(const struct impl *m, int k)
 {
@@ -251,6 +266,25 @@ static void mpi_teardown(struct impl *m)
     }
 }
 
+/* ---- memcpy ----------------------------------------------------------------------------- */
+
+static void memcpy_rounds(struct impl *m, long rounds)
+{
+    if (bench_rank != 0)
+        return;
+    for (long r = 0; r < rounds; r++) {
+        uint64_t seq = ++m->round;
+        for (int k = 0; k < K; k++) {
+            /* Stamped like a put, checked like an arrival: the copy cannot
+             * be skipped, and costs what the others' bookkeeping costs. */
+            bench_fill(bufs[0], size, data_stream(m, 0), seq, o.check_full);
+            memcpy(copy_dst, bufs[0], size);
+            __asm__ __volatile__("" ::: "memory");
+            bench_check(copy_dst, size, data_stream(m, 0), seq, body_mode(), m->name);
+        }
+    }
+}
+
 /* ---- driver ---------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -258,10 +292,12 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mpirun -np 2 dchan_bw [options]\n"
             "Put bandwidth with K channels in flight beside an MPI_Isend/MPI_Irecv window\n"
-            "of the same depth. Implementations (--impls): dchan, mpi-sendrecv. Default\n"
-            "sizes: 4 KiB .. 64 MiB in powers of two. --iters (default 1000) rounds per\n"
-            "repetition, fewer at large sizes so that a repetition moves about 256 MiB\n"
-            "(--budget); --reps (default 10); --warmup (default 20) rounds, cut likewise.\n\n%s"
+            "of the same depth. Implementations (--impls): dchan, mpi-sendrecv, memcpy\n"
+            "(rank 0 copying K messages a round between two private buffers: the physical\n"
+            "reference for large puts into shared memory). Default sizes: 4 KiB .. 64 MiB\n"
+            "in powers of two. --iters (default 1000) rounds per repetition, fewer at\n"
+            "large sizes so that a repetition moves about 256 MiB (--budget); --reps\n"
+            "(default 10); --warmup (default 20) rounds, cut likewise.\n\n%s"
             "  --window K        channels (messages) in flight, at most %d (default 16)\n"
             "  --max-inflight B  cap on K * size; K is lowered at large sizes (default 512M)\n"
             "  --budget BYTES    bytes per repetition\n",
@@ -352,7 +388,7 @@ int main(int argc, char **argv)
     int ncombos = 0, failed = 0, nimpl = 0;
     if (bench_in_list(o.impls, "dchan"))
         bench_combos_open(&o, "bw", 0, &combos, &ncombos, &failed);
-    struct impl *impls = calloc((size_t)ncombos + 1, sizeof *impls);
+    struct impl *impls = calloc((size_t)ncombos + 2, sizeof *impls);
     double *samples = calloc((size_t)o.reps, sizeof(double));
     if (!impls || !samples)
         bench_fatal("out of memory");
@@ -362,9 +398,11 @@ int main(int argc, char **argv)
     }
     if (bench_in_list(o.impls, "mpi-sendrecv"))
         impls[nimpl++] = (struct impl){.kind = B_MPI, .name = "mpi-sendrecv"};
+    if (bench_in_list(o.impls, "memcpy"))
+        impls[nimpl++] = (struct impl){.kind = B_MEMCPY, .name = "memcpy"};
     for (int i = 0; i < nimpl; i++)
         impls[i].index = i;
-    ack_buf = bench_alloc(64);
+    heap_ack = bench_alloc(64);
 
     for (int si = 0; si < o.nsizes; si++) {
         size = o.sizes[si];
@@ -373,13 +411,17 @@ int main(int argc, char **argv)
             K = (int)(max_inflight / (double)size) > 0 ? (int)(max_inflight / (double)size) : 1;
         long rounds = bench_scale(o.iters, (size_t)K * size, budget, 2);
         long warm = o.warmup > 0 ? (o.warmup * rounds + o.iters - 1) / o.iters : 0;
-        for (int k = 0; k < K; k++) {
-            bufs[k] = bench_alloc(size);
-            if (bench_rank == 0)
-                bench_fill_body(bufs[k], size, 0);
-        }
+        for (int k = 0; k < K; k++)
+            heap_bufs[k] = bench_alloc(size);
         for (int i = 0; i < nimpl; i++) {
             struct impl *m = &impls[i];
+            /* dchan's from its context, allocated and touched before timing. */
+            int own = m->kind == B_DCHAN && !m->combo->heap_buffers;
+            for (int k = 0; k < K; k++)
+                bufs[k] = own ? bench_combo_alloc(m->combo, size) : heap_bufs[k];
+            ack_buf = own ? bench_combo_alloc(m->combo, 64) : heap_ack;
+            if (m->kind == B_MEMCPY && bench_rank == 0)
+                copy_dst = bench_alloc(size);
             /* The fixed body depends on the stream: rewrite it per impl. */
             for (int k = 0; bench_rank == 0 && k < K; k++)
                 bench_fill_body(bufs[k], size, data_stream(m, k));
@@ -394,12 +436,18 @@ int main(int argc, char **argv)
                         printf("SKIP bench=bw impl=dchan provider=%s detect=%s size=%zu "
                                "reason=%s\n",
                                m->combo->provider, m->combo->detect, size, bench_rc_name(rc));
+                    for (int k = 0; own && k < K; k++)
+                        bench_combo_free(m->combo, bufs[k]);
+                    if (own)
+                        bench_combo_free(m->combo, ack_buf);
                     continue;
                 }
-            } else if (bench_rank == 1) {
+            } else if (m->kind == B_MPI && bench_rank == 1) {
                 mpi_post(m);
             }
-            void (*rounds_fn)(struct impl *, long) = m->kind == B_DCHAN ? dchan_rounds : mpi_rounds;
+            void (*rounds_fn)(struct impl *, long) = m->kind == B_DCHAN   ? dchan_rounds
+                                                     : m->kind == B_MPI ? mpi_rounds
+                                                                        : memcpy_rounds;
             rounds_fn(m, warm);
             MPI_Barrier(bench_comm);
             for (int r = 0; r < o.reps; r++) {
@@ -415,9 +463,16 @@ int main(int argc, char **argv)
             body_check = o.check_full ? BENCH_BODY_SEQ : BENCH_BODY_NONE;
             if (m->kind == B_DCHAN)
                 dchan_teardown(m);
-            else
+            else if (m->kind == B_MPI)
                 mpi_teardown(m);
             MPI_Barrier(bench_comm);
+            /* After the handles, before the context goes. */
+            for (int k = 0; own && k < K; k++)
+                bench_combo_free(m->combo, bufs[k]);
+            if (own)
+                bench_combo_free(m->combo, ack_buf);
+            if (m->kind == B_MEMCPY && bench_rank == 0)
+                bench_free(copy_dst);
             if (bench_rank == 0) {
                 double med, mn, mx;
                 bench_stats(samples, o.reps, &med, &mn, &mx);
@@ -436,10 +491,10 @@ int main(int argc, char **argv)
             }
         }
         for (int k = 0; k < K; k++)
-            bench_free(bufs[k]);
+            bench_free(heap_bufs[k]);
     }
 
-    bench_free(ack_buf);
+    bench_free(heap_ack);
     free(samples);
     free(impls);
     bench_combos_close(combos, ncombos);

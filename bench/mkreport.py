@@ -161,18 +161,101 @@ def sec_ratios(res):
                         ["---:"] * (len(dl) + 1))
 
 
-def sec_bw(res):
+def bw(res):
     rows = [r for r in parse(os.path.join(res, "bw.txt")) if r["kind"] == "RESULT"]
-    if not rows:
-        return "_No bandwidth results._"
     data, win = {}, {}
     for r in rows:
         data.setdefault(label(r), {})[int(r["size"])] = num(r["mbps"])
         win[int(r["size"])] = r["window"]
+    return data, win
+
+
+def sec_bw(res):
+    data, win = bw(res)
+    if not data:
+        return "_No bandwidth results._"
     labels = order_labels(data)
     sizes = sorted(win)
     out = [[human(s), win[s]] + [fmt(data[l].get(s)) for l in labels] for s in sizes]
     return table(["size", "window"] + labels, out, ["---:"] * (len(labels) + 2))
+
+
+def ratio_cell(mine, peers, s):
+    """mine's value at size s divided by each peer's, joined by ' / '; n/a
+    where a value is missing. A peer is a {size: value} dict (values may be
+    (median, min, max) tuples), a plain number (one value for every size),
+    or None (not in the logs)."""
+    def at(d):
+        if d is None or isinstance(d, float):
+            return d
+        v = d.get(s)
+        return v[0] if isinstance(v, tuple) else v
+    a = at(mine)
+    return " / ".join("%.2f" % (a / at(p)) if a is not None and at(p) else "n/a"
+                      for p in peers)
+
+
+def sec_shm(res):
+    """The ratios the shm provider is judged by, from the RESULT lines of the
+    run-all run (the shm rows, their peers and cacheline come from one
+    launch of each program). Never typed: n/a where a needed impl or size is
+    absent from the logs."""
+    pp, cl = pingpong(res)
+    bwd, _ = bw(res)
+    out = []
+    modes = ("sentinel", "flag", "event")
+
+    def cols(prefix, data):
+        return [m for m in modes if "dchan %s/%s" % (prefix, m) in data]
+
+    # Small messages: shm (dchan_alloc buffers, a memcpy per put).
+    cache = num(cl[0]["oneway_us"]) if cl else None
+    ms = cols("shm", pp)
+    small = sorted({s for d in pp.values() for s in d if 8 <= s <= 1024})
+    out.append("**Small messages, `shm` (buffers from `dchan_alloc`)**: one-way latency "
+               "÷ `ucx-put` / ÷ `mpi-sendrecv` / ÷ `cacheline` (its one size=8 result, "
+               "against every size); below 1: dchan is faster.\n")
+    if not ms or not small:
+        out.append("n/a (no shm pingpong results at 8 B .. 1 KiB)")
+    else:
+        peers = [pp.get("ucx-put"), pp.get("mpi-sendrecv"), cache]
+        rows = [[human(s)] + [ratio_cell(pp["dchan shm/%s" % m], peers, s) for m in ms]
+                for s in small]
+        out.append(table(["size"] + ["shm/%s" % m for m in ms], rows,
+                         ["---:"] * (len(ms) + 1)))
+    # Large puts: shm against a plain copy and against MPI two-sided.
+    ms = cols("shm", bwd)
+    large = sorted({s for d in bwd.values() for s in d if (1 << 20) <= s <= (64 << 20)})
+    out.append("\n**Bandwidth, `shm` (buffers from `dchan_alloc`)**: MB/s ÷ `memcpy` / "
+               "÷ `mpi-sendrecv`; above 1: dchan is faster.\n")
+    if not ms or not large:
+        out.append("n/a (no shm bandwidth results at 1 MiB .. 64 MiB)")
+    else:
+        peers = [bwd.get("memcpy"), bwd.get("mpi-sendrecv")]
+        rows = [[human(s)] + [ratio_cell(bwd["dchan shm/%s" % m], peers, s) for m in ms]
+                for s in large]
+        out.append(table(["size"] + ["shm/%s" % m for m in ms], rows, ["---:"] * (len(ms) + 1)))
+    # Heap buffers (Cross Memory Attach) against MPI two-sided, 64 KiB up.
+    mp, mb = cols("shm-heap", pp), cols("shm-heap", bwd)
+    big = sorted({s for d in list(pp.values()) + list(bwd.values()) for s in d if s >= 65536})
+    out.append("\n**`shm-heap` (heap buffers, written with `process_vm_writev`) ÷ "
+               "`mpi-sendrecv`, 64 KiB up**: one-way latency ratio (below 1: dchan is faster) "
+               "/ bandwidth ratio (above 1: dchan is faster).\n")
+    ms = [m for m in modes if m in mp or m in mb]
+    if not ms or not big:
+        out.append("n/a (no shm-heap results from 64 KiB up)")
+    else:
+        rows = []
+        for s in big:
+            cells = [human(s)]
+            for m in ms:
+                key = "dchan shm-heap/%s" % m
+                cells.append("%s / %s" % (ratio_cell(pp.get(key), [pp.get("mpi-sendrecv")], s),
+                                          ratio_cell(bwd.get(key), [bwd.get("mpi-sendrecv")], s)))
+            rows.append(cells)
+        out.append(table(["size"] + ["shm-heap/%s" % m for m in ms], rows,
+                         ["---:"] * (len(ms) + 1)))
+    return "\n".join(out)
 
 
 def pollcost(res):
@@ -406,6 +489,7 @@ SECTIONS = {
     "pingpong": sec_pingpong,
     "ratios": sec_ratios,
     "bw": sec_bw,
+    "shm": sec_shm,
     "pollcost": sec_pollcost,
     "alloc": sec_alloc,
     "targets": sec_targets,

@@ -68,6 +68,13 @@ for p in $listed; do
     echo "$tried" | grep -qx "$p" ||
         bad "provider '$p' (dchan_info -p) is not in bench/bench.c provider_names[]"
 done
+# shm, where usable, is measured twice: buffers from dchan_alloc (shm) and
+# from the heap (the shm-heap pseudo provider).
+shm=0
+"$builddir/tools/dchan_info" -p | grep -Eq '^  shm +usable:' && shm=1
+if [ $shm -eq 1 ]; then
+    echo "$tried" | grep -qx shm-heap || bad "shm-heap is not in bench/bench.c provider_names[]"
+fi
 
 # ---- pingpong ---------------------------------------------------------------------
 sizes="8,100,4096,70000"
@@ -89,6 +96,11 @@ for s in $(echo $sizes | tr , ' '); do
     # dchan over mpi (EVENT) is always built with MPI.
     grep -q "impl=dchan provider=mpi detect=event size=$s " "$tmp/pp" ||
         bad "pingpong: no dchan/mpi/event result at $s bytes"
+    for p in shm shm-heap; do
+        [ $shm -eq 1 ] || break
+        grep -q "impl=dchan provider=$p detect=event size=$s " "$tmp/pp" ||
+            bad "pingpong: no dchan/$p/event result at $s bytes"
+    done
 done
 grep -q 'impl=cacheline provider=- detect=- size=8 ' "$tmp/pp" || bad "pingpong: no cacheline"
 # The raw UCX baseline, where configure found UCX: a result at every size,
@@ -107,10 +119,16 @@ grep -q '^SKIP bench=pingpong provider=self ' "$tmp/pingpong.out" ||
     bad "pingpong: self (unusable on 2 ranks) was not reported as skipped"
 
 # ---- bandwidth --------------------------------------------------------------------
-run bw "$builddir/bench/dchan_bw" --provider mpi --sizes 4096,65536 --window 4 --iters 4 \
+bwprov=mpi
+[ $shm -eq 1 ] && bwprov=mpi,shm,shm-heap
+run bw "$builddir/bench/dchan_bw" --provider $bwprov --sizes 4096,65536 --window 4 --iters 4 \
     --warmup 1 --reps 2 $common
 for s in 4096 65536; do
-    for impl in "dchan provider=mpi detect=event" "mpi-sendrecv provider=- detect=-"; do
+    set -- "dchan provider=mpi detect=event" "mpi-sendrecv provider=- detect=-" \
+        "memcpy provider=- detect=-"
+    [ $shm -eq 1 ] && set -- "$@" "dchan provider=shm detect=event" \
+        "dchan provider=shm-heap detect=event"
+    for impl in "$@"; do
         line=$(grep "^RESULT bench=bw impl=$impl size=$s window=4 " "$tmp/bw.out")
         positive "$(val "$line" mbps)" || bad "bw: no valid $impl result at $s bytes: $line"
     done
