@@ -37,6 +37,28 @@ double *app_xalloc(size_t count)
     return p;
 }
 
+double *app_buf_alloc(dchan_ctx_t *ctx, size_t count)
+{
+    void *p;
+    if (!ctx)
+        return app_xalloc(count);
+    int rc = dchan_alloc(ctx, count ? count * sizeof(double) : 64, &p);
+    if (rc != DCHAN_SUCCESS)
+        app_die_dchan("dchan_alloc", rc);
+    return p;
+}
+
+void app_buf_free(dchan_ctx_t *ctx, double *p)
+{
+    if (!ctx) {
+        free(p);
+        return;
+    }
+    int rc = dchan_free(ctx, p);
+    if (rc != DCHAN_SUCCESS)
+        app_die_dchan("dchan_free", rc);
+}
+
 void app_on_error(dchan_handle_t *h, int rc, void *arg)
 {
     (void)h;

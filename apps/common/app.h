@@ -25,6 +25,11 @@ void app_die_dchan(const char *what, int rc) __attribute__((noreturn));
 /* count doubles, 64-byte aligned (vectorisable rows, dgemm, and SENTINEL's
  * 8-byte alignment rule for every receive buffer carved from it). */
 double *app_xalloc(size_t count);
+/* count doubles for a channel buffer: from dchan_alloc when ctx is set (the
+ * shared segment under shm: a put into it is one copy, no system call),
+ * else from app_xalloc. Freed with app_buf_free on the same ctx. */
+double *app_buf_alloc(dchan_ctx_t *ctx, size_t count);
+void app_buf_free(dchan_ctx_t *ctx, double *p);
 /* dchan error callback: says what broke and records it in app_async_error. */
 void app_on_error(dchan_handle_t *h, int rc, void *arg);
 /* Arrival callback counting into the int that arg points to. */

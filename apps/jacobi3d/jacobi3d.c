@@ -638,12 +638,18 @@ int main(int argc, char **argv)
 
     block_init(&b, o.grid, o.procs, app_rank);
     memset(&cm, 0, sizeof cm);
+    /* dchan mode: the context first, so that the faces live in memory
+     * that neighbours on the host write directly (dchan_alloc). */
+    if (o.c.mode == MODE_DCHAN) {
+        ctx = app_dchan_init(&o.c);
+        provider = dchan_provider_name(ctx);
+    }
     for (int f = 0; f < NFACES; f++) {
         if (b.nb[f] >= 0) {
             cm.nneigh++;
             for (int p = 0; p < 2; p++) {
-                cm.pack[p][f] = app_xalloc(b.fsize[f]);
-                cm.recv[p][f] = app_xalloc(b.fsize[f]);
+                cm.pack[p][f] = app_buf_alloc(ctx, b.fsize[f]);
+                cm.recv[p][f] = app_buf_alloc(ctx, b.fsize[f]);
             }
         } else {
             cm.bface[f] = app_xalloc(b.fsize[f]);
@@ -658,11 +664,8 @@ int main(int argc, char **argv)
     memset(u, 0, local * sizeof *u);
     memset(v, 0, local * sizeof *v);
 
-    if (o.c.mode == MODE_DCHAN) {
-        ctx = app_dchan_init(&o.c);
-        provider = dchan_provider_name(ctx);
+    if (o.c.mode == MODE_DCHAN)
         setup_channels(ctx, &b, &cm, &ch);
-    }
     if (app_rank == 0) {
         char how[128] = "";
         if (o.c.mode == MODE_DCHAN) {
@@ -717,18 +720,19 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
 
-    if (ctx) {
+    if (ctx)
         teardown_channels(&ch);
-        if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
-            fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
-    }
     for (int f = 0; f < NFACES; f++) {
         free(cm.bface[f]);
         for (int p = 0; p < 2; p++) {
-            free(cm.pack[p][f]);
-            free(cm.recv[p][f]);
+            if (cm.pack[p][f])
+                app_buf_free(ctx, cm.pack[p][f]);
+            if (cm.recv[p][f])
+                app_buf_free(ctx, cm.recv[p][f]);
         }
     }
+    if (ctx && (rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
+        fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
     free(u);
     free(v);
     MPI_Finalize();

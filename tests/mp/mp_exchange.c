@@ -618,19 +618,8 @@ int main(int argc, char **argv)
     if (getenv("MP_TIME_LIMIT"))
         t_limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
 
-    if (hosts_block > 0) {
-        /* The rank is needed before dchan_init: from MPI, or the launcher. */
-        int r = -1;
-#ifdef USE_MPI
-        MPI_Comm_rank(MPI_COMM_WORLD, &r);
-#else
-        const char *e = getenv("PMIX_RANK") ? getenv("PMIX_RANK") : getenv("OMPI_COMM_WORLD_RANK");
-        r = e ? atoi(e) : 0;
-#endif
-        char host[32];
-        snprintf(host, sizeof host, "testhost%d", r / hosts_block);
-        setenv("DCHAN_HOST", host, 1);
-    }
+    if (hosts_block > 0)
+        mpt_fake_hosts(hosts_block);
     if (no_cma)
         setenv("DCHAN_SHM_CMA", "0", 1);
 

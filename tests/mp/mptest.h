@@ -80,6 +80,28 @@ static inline unsigned char *xalloc(size_t n)
     return p;
 }
 
+/* This process's rank before dchan_init: from MPI, or from the launcher. */
+static inline int mpt_launcher_rank(void)
+{
+    int r = 0;
+#ifdef USE_MPI
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+#else
+    const char *e = getenv("PMIX_RANK") ? getenv("PMIX_RANK") : getenv("OMPI_COMM_WORLD_RANK");
+    r = e ? atoi(e) : 0;
+#endif
+    return r;
+}
+
+/* Claim a host of its own for every block of 'block' ranks (DCHAN_HOST),
+ * so that routing treats the other blocks as remote. */
+static inline void mpt_fake_hosts(int block)
+{
+    char host[32];
+    snprintf(host, sizeof host, "testhost%d", mpt_launcher_rank() / block);
+    setenv("DCHAN_HOST", host, 1);
+}
+
 /* Channel buffers: from dchan_alloc when DCHAN_TEST_BUF=alloc (tests/mprun
  * sets it for shm-alloc runs: puts land in the shared segment), else from
  * the heap. mpt_buf_init decides, after dchan_init. */

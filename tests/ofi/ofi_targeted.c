@@ -22,7 +22,8 @@
  *                  (shm) is abandoned by the sender's destroy; another
  *                  channel keeps working and finalize cleans up
  *   select         dchan_init chose the provider --expect names (automatic
- *                  selection must not take the tcp/sockets/udp fallbacks)
+ *                  selection must not take the tcp/sockets/udp fallbacks; each
+ *                  rank claims a host of its own, or shm would serve them)
  *   latency        pingpong of ranks 0 and 1 in each detection mode, for
  *                  choosing AUTO (a measurement, not run by make check)
  *
@@ -638,6 +639,10 @@ int main(int argc, char **argv)
 #endif
         return 0;
     }
+    /* Selection of the network provider: every rank on a host of its own,
+     * or shm would serve them all. */
+    if (strcmp(test, "select") == 0)
+        mpt_fake_hosts(1);
     dchan_ctx_t *ctx;
     dchan_attr_t attr;
     dchan_attr_init(&attr);

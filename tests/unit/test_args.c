@@ -138,6 +138,47 @@ static void test_ctx_null(void **state)
     assert_ptr_equal(h, UNTOUCHED);
     assert_int_equal(dchan_assoc_local(NULL, &w, buf, 64, &h), DCHAN_ERR_INVALID_ARG);
     assert_ptr_equal(h, UNTOUCHED);
+    void *p = UNTOUCHED;
+    assert_int_equal(dchan_alloc(NULL, 64, &p), DCHAN_ERR_INVALID_ARG);
+    assert_ptr_equal(p, UNTOUCHED);
+    assert_int_equal(dchan_free(NULL, buf), DCHAN_ERR_INVALID_ARG);
+}
+
+/* dchan_alloc / dchan_free without a shared-memory provider (heap blocks):
+ * every misuse refused, nothing lost, and a channel on the memory works. */
+static void test_alloc_heap(void **state)
+{
+    dchan_ctx_t *ctx = unit_ctx(DCHAN_DETECT_EVENT);
+    void *p = UNTOUCHED, *q;
+    static char stack_like[64];
+
+    assert_int_equal(dchan_alloc(ctx, 0, &p), DCHAN_ERR_INVALID_ARG);
+    assert_int_equal(dchan_alloc(ctx, 64, NULL), DCHAN_ERR_INVALID_ARG);
+    assert_int_equal(dchan_alloc(ctx, SIZE_MAX, &p), DCHAN_ERR_INVALID_ARG);
+    assert_ptr_equal(p, UNTOUCHED);
+    assert_int_equal(dchan_free(ctx, NULL), DCHAN_SUCCESS);
+    assert_int_equal(dchan_free(ctx, stack_like), DCHAN_ERR_INVALID_ARG);
+
+    assert_int_equal(dchan_alloc(ctx, 100, &p), DCHAN_SUCCESS);
+    assert_int_equal(dchan_alloc(ctx, 4096, &q), DCHAN_SUCCESS);
+    assert_true((uintptr_t)p % 64 == 0 && (uintptr_t)q % 64 == 0);
+    memset(p, 1, 100);
+    memset(q, 2, 4096);
+    assert_int_equal(dchan_free(ctx, (char *)q + 8), DCHAN_ERR_INVALID_ARG);
+
+    /* A handle on q: freeing it is refused until the handle is gone. */
+    dchan_handle_t *rh;
+    assert_int_equal(dchan_create_handle(ctx, 0, q, 4096, OOB, unit_count_cb, NULL, &rh),
+                     DCHAN_SUCCESS);
+    assert_int_equal(dchan_free(ctx, q), DCHAN_ERR_STATE);
+    assert_int_equal(dchan_handle_destroy(rh), DCHAN_SUCCESS);
+    assert_int_equal(((unsigned char *)q)[4095], 2);
+    assert_int_equal(dchan_free(ctx, q), DCHAN_SUCCESS);
+    assert_int_equal(dchan_free(ctx, q), DCHAN_ERR_INVALID_ARG); /* twice */
+    assert_int_equal(((unsigned char *)p)[99], 1);               /* p untouched */
+
+    /* p is left to dchan_finalize (LeakSanitizer would see it otherwise). */
+    assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
 static void test_handle_null(void **state)
@@ -237,6 +278,10 @@ static void check_garbage_ctx(dchan_ctx_t *g, dchan_ctx_t *real)
     assert_int_equal(dchan_get_stats(g, &st), DCHAN_ERR_INVALID_ARG);
     assert_int_equal(dchan_create_handle(g, 0, buf, 64, OOB, unit_count_cb, NULL, &h),
                      DCHAN_ERR_INVALID_ARG);
+    void *p = UNTOUCHED;
+    assert_int_equal(dchan_alloc(g, 64, &p), DCHAN_ERR_INVALID_ARG);
+    assert_ptr_equal(p, UNTOUCHED);
+    assert_int_equal(dchan_free(g, buf), DCHAN_ERR_INVALID_ARG);
     /* A genuine wire of a live context, offered to the garbage one. */
     struct unit_chan c;
     unit_chan_open(&c, real, 64);
@@ -306,6 +351,7 @@ int main(void)
         UNIT_TEST_MODES(test_live_ctx_args),
         cmocka_unit_test(test_garbage_pointers),
         cmocka_unit_test(test_version),
+        cmocka_unit_test(test_alloc_heap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
