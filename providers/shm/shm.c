@@ -14,6 +14,8 @@
  * A put into a receive buffer in the peer's segment is a memcpy by the
  * sender into its own mapping, then one release store that makes it
  * visible: the SENTINEL tail, the FLAG sequence word or the ring record.
+ * EVENT puts of up to 48 bytes travel inside the ring record instead, and
+ * the receiver copies them into the buffer when it consumes the record.
  * A receive buffer anywhere else is written with Cross Memory Attach
  * (process_vm_writev), one system call per chunk; the call has returned,
  * so every byte landed, before the signalling store is made.
@@ -62,11 +64,19 @@ enum { SHM_LOC_SEGMENT = 1, SHM_LOC_CMA = 2 };
 #define WF_BUF 8      /* u64: offset in the segment, or virtual address */
 #define WF_SEQ 16     /* u64: same, for the FLAG sequence word */
 
+/* One arrival record per cache line, so that the producer filling one
+ * never takes the line the consumer is reading. Puts of up to
+ * SHM_INLINE_BYTES ride in the record and the consumer copies them into
+ * the buffer: the receiver then takes one line from the sender instead of
+ * two (record, then buffer), and never writes a buffer it does not own. */
+#define SHM_INLINE_BYTES 48u
 struct shm_slot {
     uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
-    uint32_t id;  /* receive handle id */
-    uint32_t pad;
+    uint32_t id;  /* receive handle id; 0: a claimed position with nothing */
+    uint32_t len; /* bytes inline in data, 0: the body is in the buffer */
+    unsigned char data[SHM_INLINE_BYTES];
 };
+_Static_assert(sizeof(struct shm_slot) == 64, "one record per cache line");
 
 /* At offset 0 of every segment; written by its owner before peers map it. */
 struct shm_hdr {
@@ -76,10 +86,13 @@ struct shm_hdr {
     uint64_t size;
     uint64_t ring_off, ring_slots;
     uint64_t data_off;
-    _Alignas(64) uint64_t attached; /* peers that mapped it */
+    /* Lines apart by 128 bytes: the adjacent-line prefetcher fetches pairs,
+     * and the tail (producers') and head (the owner's) must not travel
+     * together. */
+    _Alignas(128) uint64_t attached; /* peers that mapped it */
     uint64_t cma_probe; /* written by peers with process_vm_writev at connect */
-    _Alignas(64) uint64_t ring_tail; /* next position producers claim */
-    _Alignas(64) uint64_t ring_head; /* next position the owner consumes */
+    _Alignas(128) uint64_t ring_tail; /* next position producers claim */
+    _Alignas(128) uint64_t ring_head; /* next position the owner consumes */
 };
 
 /* What each rank publishes through the bootstrap. */
@@ -128,7 +141,6 @@ struct shm_sh {
     struct shm_peer *peer;
     pid_t pid;
     int local;          /* the receiver is this process: plain copies */
-    int body_done;      /* EVENT: body written, ring record still to add */
 };
 
 static struct shm_state *st(struct dchan_prov *p)
@@ -194,8 +206,8 @@ static int shm_open_(struct dchan_prov *p)
         dchan_info(ctx, "shm", "DCHAN_SHM_CMA=0: not used");
         return DCHAN_ERR_UNSUPPORTED;
     }
-    if (slots < 64 || slots > (1u << 24) || (slots & (slots - 1))) {
-        dchan_err(ctx, "shm", "DCHAN_SHM_RING_SLOTS=%lu: a power of two from 64 to 16777216",
+    if (slots < 16 || slots > (1u << 24) || (slots & (slots - 1))) {
+        dchan_err(ctx, "shm", "DCHAN_SHM_RING_SLOTS=%lu: a power of two from 16 to 16777216",
                   (unsigned long)slots);
         return DCHAN_ERR_INVALID_ARG;
     }
@@ -317,7 +329,7 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
     uint64_t slots = h->ring_slots;
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
         h->job_key != a->job_key || h->rank != r || h->pid != a->pid || h->size != a->size ||
-        h->ring_off != SHM_HDR_BYTES || slots < 64 || (slots & (slots - 1)) ||
+        h->ring_off != SHM_HDR_BYTES || slots < 16 || (slots & (slots - 1)) ||
         h->data_off < h->ring_off + slots * sizeof(struct shm_slot) ||
         h->data_off >= h->size) {
         dchan_info(ctx, "shm", "rank %d's segment header does not match this job", r);
@@ -542,13 +554,23 @@ static int shm_progress(struct dchan_prov *p)
         struct shm_slot *sl = &s->ring[s->ring_head & s->ring_mask];
         if (__atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE) != s->ring_head + 1)
             break;
-        uint32_t id = sl->id;
+        uint32_t id = sl->id, len = sl->len;
+        dchan_handle_t *h = id ? dchan_ctx_recv_handle(p->ctx, id) : NULL;
+        if (h && dchan_h_prov(h) == p && dchan_h_detect(h) == DCHAN_DETECT_EVENT) {
+            if (len == 0) {
+                dchan_core_arrival(h);
+            } else if (len != dchan_h_size(h) || len > SHM_INLINE_BYTES) {
+                dchan_core_handle_error(h, DCHAN_ERR_SIZE);
+            } else if (dchan_core_recv_writable(h) == DCHAN_SUCCESS) {
+                /* Not armed: the overrun is raised and the data the
+                 * application holds stays intact. */
+                memcpy(dchan_h_buf(h), sl->data, len);
+                dchan_core_arrival(h);
+            }
+        }
         s->ring_head++;
         /* Producers reuse the slot once they see the head past it. */
         __atomic_store_n(&s->hdr->ring_head, s->ring_head, __ATOMIC_RELEASE);
-        dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
-        if (h && dchan_h_prov(h) == p && dchan_h_detect(h) == DCHAN_DETECT_EVENT)
-            dchan_core_arrival(h);
         n++;
     }
     return n;
@@ -658,27 +680,37 @@ static int write_body(const struct shm_sh *sh, const void *src, size_t len)
     return DCHAN_SUCCESS;
 }
 
-/* Append an arrival record to the receiver's ring; DCHAN_ERR_AGAIN when it
- * is full (the receiver has not polled for a whole ring of arrivals). */
-static int ring_add(struct shm_peer *pr, uint32_t id)
+/* Claim the next position of the receiver's ring; DCHAN_ERR_AGAIN when it
+ * is full (the receiver has not polled for a whole ring of arrivals). The
+ * claim comes before the body is written, so that its locked instruction
+ * does not wait for the body's stores to leave the store buffer. */
+static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos)
 {
     struct shm_hdr *hdr = (struct shm_hdr *)pr->base;
-    uint64_t pos = __atomic_load_n(&hdr->ring_tail, __ATOMIC_RELAXED);
+    uint64_t p = __atomic_load_n(&hdr->ring_tail, __ATOMIC_RELAXED);
     for (;;) {
-        if (pos - pr->head_seen > pr->ring_mask) {
+        if (p - pr->head_seen > pr->ring_mask) {
             pr->head_seen = __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE);
-            if (pos - pr->head_seen > pr->ring_mask)
+            if (p - pr->head_seen > pr->ring_mask)
                 return DCHAN_ERR_AGAIN;
         }
-        if (__atomic_compare_exchange_n(&hdr->ring_tail, &pos, pos + 1, 1, __ATOMIC_ACQ_REL,
+        if (__atomic_compare_exchange_n(&hdr->ring_tail, &p, p + 1, 1, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED))
             break;
     }
-    struct shm_slot *sl = &pr->ring[pos & pr->ring_mask];
-    sl->id = id;
-    /* Release: the body and the id are visible before the record is. */
-    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+    *slot = &pr->ring[p & pr->ring_mask];
+    *pos = p;
     return DCHAN_SUCCESS;
+}
+
+/* Release: the body (or the inline data) and the id are visible before the
+ * record is. A claimed position is always published, with id 0 when the
+ * put failed, or the consumer would wait on it forever. */
+static void ring_publish(struct shm_slot *sl, uint64_t pos, uint32_t id, uint32_t len)
+{
+    sl->id = id;
+    sl->len = len;
+    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
 }
 
 static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
@@ -709,20 +741,21 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         else
             rc = cma_write(sh, d->seq_src, sh->seq_va, 8);
         break;
-    default:
-        /* A full ring returns AGAIN and the core retries this put: the body
-         * is not written twice. */
-        if (!sh->body_done) {
-            rc = write_body(sh, d->src, d->size);
-            if (rc != DCHAN_SUCCESS)
-                break;
-            sh->body_done = 1;
+    default: {
+        struct shm_slot *sl;
+        uint64_t pos;
+        rc = ring_claim(sh->peer, &sl, &pos);
+        if (rc != DCHAN_SUCCESS)
+            return rc; /* nothing written: the core drives progress and retries */
+        if (d->size <= SHM_INLINE_BYTES) {
+            memcpy(sl->data, d->src, d->size);
+            ring_publish(sl, pos, dchan_h_remote_id(h), (uint32_t)d->size);
+            break;
         }
-        rc = ring_add(sh->peer, dchan_h_remote_id(h));
-        if (rc == DCHAN_ERR_AGAIN)
-            return rc;
-        sh->body_done = 0;
+        rc = write_body(sh, d->src, d->size);
+        ring_publish(sl, pos, rc == DCHAN_SUCCESS ? dchan_h_remote_id(h) : 0, 0);
         break;
+    }
     }
     if (rc == DCHAN_ERR_PEER || rc == DCHAN_ERR_HANDLE) {
         /* The failure belongs to this handle: report it there, the put
@@ -733,11 +766,6 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     if (rc == DCHAN_SUCCESS)
         dchan_core_put_done(h, DCHAN_SUCCESS);
     return rc;
-}
-
-static void shm_put_abandon(dchan_handle_t *h)
-{
-    DCHAN_PROV_PRIV(h, struct shm_sh)->body_done = 0;
 }
 
 static void shm_send_close(dchan_handle_t *h)
@@ -763,7 +791,7 @@ const struct dchan_provider_ops dchan_shm_ops = {
     .recv_close = shm_recv_close,
     .send_open = shm_send_open,
     .put = shm_put,
-    .put_abandon = shm_put_abandon,
+    .put_abandon = dchan_prov_noop_put_abandon,
     .send_close = shm_send_close,
     .progress = shm_progress,
 };

@@ -566,7 +566,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: mp_exchange --test halo|ring|split|multicast|foreign [--channels a,b]\n"
             "       [--sizes a,b,...] [--iters N] [--bad] [--wire-out F] [--wire-in F]\n"
-            "       [--hosts N (blocks of N ranks claim one host)] [--no-cma]\n");
+            "       [--hosts N (blocks of N ranks claim one host)] [--no-cma] [--shm-ring SLOTS]\n");
     exit(2);
 }
 
@@ -593,7 +593,8 @@ int main(int argc, char **argv)
         {"channels", required_argument, 0, 'c'}, {"iters", required_argument, 0, 'i'},
         {"bad", no_argument, 0, 'b'}, {"wire-out", required_argument, 0, 'o'},
         {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
-        {"no-cma", no_argument, 0, 'm'}, {0, 0, 0, 0}};
+        {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
+        {0, 0, 0, 0}};
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -610,6 +611,7 @@ int main(int argc, char **argv)
         case 'n': wire_in = optarg; break;
         case 'h': hosts_block = atoi(optarg); break;
         case 'm': no_cma = 1; break;
+        case 'r': setenv("DCHAN_SHM_RING_SLOTS", optarg, 1); break; /* to make it overflow */
         default: usage();
         }
     }
