@@ -106,10 +106,9 @@ struct shm_addr {
 struct shm_peer {
     char *base; /* our mapping of its segment (ours for this rank), or NULL */
     size_t size;
-    uint64_t remote_base; /* the segment's address in the peer */
     pid_t pid;
     struct shm_slot *ring;
-    uint64_t ring_mask, ring_off, data_off;
+    uint64_t ring_mask, data_off;
     uint64_t head_seen; /* the peer's ring_head as last read */
 };
 
@@ -266,9 +265,10 @@ static int shm_open_(struct dchan_prov *p)
 
     s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
                                 (int32_t)getpid(), s->fd};
-    s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){s->base, size, (uint64_t)(uintptr_t)s->base,
-                                                     getpid(), s->ring, s->ring_mask, ring_off,
-                                                     data_off, 0};
+    s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){.base = s->base, .size = size,
+                                                     .pid = getpid(), .ring = s->ring,
+                                                     .ring_mask = s->ring_mask,
+                                                     .data_off = data_off};
     p->state = s;
     p->addr = &s->addr;
     p->addr_len = sizeof s->addr;
@@ -349,9 +349,9 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
                    r, strerror(errno));
         goto unmap;
     }
-    s->peers[r] = (struct shm_peer){base, a->size, a->base, a->pid,
-                                    (struct shm_slot *)(base + h->ring_off), slots - 1,
-                                    h->ring_off, h->data_off, 0};
+    s->peers[r] = (struct shm_peer){.base = base, .size = a->size, .pid = a->pid,
+                                    .ring = (struct shm_slot *)(base + h->ring_off),
+                                    .ring_mask = slots - 1, .data_off = h->data_off};
     return DCHAN_SUCCESS;
 unmap:
     munmap(base, a->size);
