@@ -12,14 +12,19 @@
  * rounds over the time rank 0 took, in MB/s (10^6 bytes); the median over
  * --reps repetitions is reported, with min and max on stderr.
  *
- * dchan's buffers (data and ack) come from its context's dchan_alloc, as a
- * user after speed would take them (under shm: the shared segment, where a
- * put is one memcpy), except under a "-heap" pseudo provider (bench.c),
- * which keeps them on the heap like MPI's.
+ * dchan's receive buffers (data and ack) come from its context's
+ * dchan_alloc, as a user after speed would take them (under shm: the shared
+ * segment, where a put is one memcpy), except under a "-heap" pseudo
+ * provider (bench.c), which keeps them on the heap like MPI's. Every impl
+ * sends from the same heap buffers, as an application sends from its own
+ * arrays: only where the data goes differs. (Sources in the shm segment
+ * copied 10-15 % slower than heap ones here, cause not found.)
  *
  * memcpy is the physical reference for large puts into shared memory: rank
- * 0 alone copies K messages per round between two private, touched buffers
- * of the size (no peer, no signalling), counted like the others.
+ * 0 alone copies K messages per round from its K send buffers into K private,
+ * touched buffers of the size (no peer, no signalling), counted like the
+ * others. It walks as much memory as the puts do: copying one pair again and
+ * again would run from the cache at sizes where the puts cannot.
  */
 #include <getopt.h>
 #include <stdlib.h>
@@ -62,8 +67,8 @@ static unsigned char *bufs[MAX_WINDOW];
 static uint64_t *ack_buf;
 static unsigned char *heap_bufs[MAX_WINDOW];
 static uint64_t *heap_ack;
-/* memcpy: the destination, private to rank 0 (the source is bufs[0]). */
-static unsigned char *copy_dst;
+/* memcpy: K destinations private to rank 0 (the sources are bufs[]). */
+static unsigned char *copy_dst[MAX_WINDOW];
 
 static unsigned data_stream(const struct impl *m, int k)
 {
@@ -277,10 +282,10 @@ static void memcpy_rounds(struct impl *m, long rounds)
         for (int k = 0; k < K; k++) {
             /* Stamped like a put, checked like an arrival: the copy cannot
              * be skipped, and costs what the others' bookkeeping costs. */
-            bench_fill(bufs[0], size, data_stream(m, 0), seq, o.check_full);
-            memcpy(copy_dst, bufs[0], size);
+            bench_fill(bufs[k], size, data_stream(m, k), seq, o.check_full);
+            memcpy(copy_dst[k], bufs[k], size);
             __asm__ __volatile__("" ::: "memory");
-            bench_check(copy_dst, size, data_stream(m, 0), seq, body_mode(), m->name);
+            bench_check(copy_dst[k], size, data_stream(m, k), seq, body_mode(), m->name);
         }
     }
 }
@@ -293,7 +298,7 @@ static void usage(FILE *f)
             "usage: mpirun -np 2 dchan_bw [options]\n"
             "Put bandwidth with K channels in flight beside an MPI_Isend/MPI_Irecv window\n"
             "of the same depth. Implementations (--impls): dchan, mpi-sendrecv, memcpy\n"
-            "(rank 0 copying K messages a round between two private buffers: the physical\n"
+            "(rank 0 copying K messages a round into K private buffers: the physical\n"
             "reference for large puts into shared memory). Default sizes: 4 KiB .. 64 MiB\n"
             "in powers of two. --iters (default 1000) rounds per repetition, fewer at\n"
             "large sizes so that a repetition moves about 256 MiB (--budget); --reps\n"
@@ -415,13 +420,15 @@ int main(int argc, char **argv)
             heap_bufs[k] = bench_alloc(size);
         for (int i = 0; i < nimpl; i++) {
             struct impl *m = &impls[i];
-            /* dchan's from its context, allocated and touched before timing. */
+            /* dchan's receive buffers from its context, allocated and touched
+             * before timing; every impl sends from the same heap buffers. */
             int own = m->kind == B_DCHAN && !m->combo->heap_buffers;
+            int own_data = own && bench_rank == 1;
             for (int k = 0; k < K; k++)
-                bufs[k] = own ? bench_combo_alloc(m->combo, size) : heap_bufs[k];
+                bufs[k] = own_data ? bench_combo_alloc(m->combo, size) : heap_bufs[k];
             ack_buf = own ? bench_combo_alloc(m->combo, 64) : heap_ack;
-            if (m->kind == B_MEMCPY && bench_rank == 0)
-                copy_dst = bench_alloc(size);
+            for (int k = 0; m->kind == B_MEMCPY && bench_rank == 0 && k < K; k++)
+                copy_dst[k] = bench_alloc(size);
             /* The fixed body depends on the stream: rewrite it per impl. */
             for (int k = 0; bench_rank == 0 && k < K; k++)
                 bench_fill_body(bufs[k], size, data_stream(m, k));
@@ -436,7 +443,7 @@ int main(int argc, char **argv)
                         printf("SKIP bench=bw impl=dchan provider=%s detect=%s size=%zu "
                                "reason=%s\n",
                                m->combo->provider, m->combo->detect, size, bench_rc_name(rc));
-                    for (int k = 0; own && k < K; k++)
+                    for (int k = 0; own_data && k < K; k++)
                         bench_combo_free(m->combo, bufs[k]);
                     if (own)
                         bench_combo_free(m->combo, ack_buf);
@@ -467,12 +474,12 @@ int main(int argc, char **argv)
                 mpi_teardown(m);
             MPI_Barrier(bench_comm);
             /* After the handles, before the context goes. */
-            for (int k = 0; own && k < K; k++)
+            for (int k = 0; own_data && k < K; k++)
                 bench_combo_free(m->combo, bufs[k]);
             if (own)
                 bench_combo_free(m->combo, ack_buf);
-            if (m->kind == B_MEMCPY && bench_rank == 0)
-                bench_free(copy_dst);
+            for (int k = 0; m->kind == B_MEMCPY && bench_rank == 0 && k < K; k++)
+                bench_free(copy_dst[k]);
             if (bench_rank == 0) {
                 double med, mn, mx;
                 bench_stats(samples, o.reps, &med, &mn, &mx);
