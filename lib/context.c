@@ -664,23 +664,6 @@ int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
     return h->error ? h->error : DCHAN_SUCCESS;
 }
 
-/* Scan the polling queue: one dense array of (word, idle value) pairs. */
-static void scan_pollq(dchan_ctx_t *ctx)
-{
-    struct dchan_pq_ent *pq = ctx->pq;
-    for (uint32_t i = 0; i < ctx->pq_len;) {
-        uint64_t v = __atomic_load_n(pq[i].probe, __ATOMIC_ACQUIRE);
-        if (__builtin_expect(v == pq[i].idle, 1)) {
-            i++;
-            continue;
-        }
-        /* Removal swaps the last entry into i, so i is looked at again. */
-        dchan_handle_t *h = pq[i].h;
-        dchan_pq_remove(ctx, h);
-        dchan_recv_detected(h, v);
-    }
-}
-
 static int dispatch(dchan_ctx_t *ctx)
 {
     if (!ctx->fire_head && !ctx->errq_head)
@@ -735,7 +718,7 @@ DCHAN_API int dchan_progress(dchan_ctx_t *ctx)
     dchan_ctx_lock(ctx);
     ctx->stats.progress_calls++;
     int rc = dchan_core_poll_providers(ctx);
-    scan_pollq(ctx);
+    dchan_scan_pollq(ctx);
     int n = dispatch(ctx);
     dchan_ctx_unlock(ctx);
     return rc < 0 ? rc : n;

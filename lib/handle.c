@@ -14,8 +14,6 @@
 #include "core.h"
 #include "handle.h"
 
-#define PQ_NONE UINT32_MAX
-
 static int h_check(const dchan_handle_t *h)
 {
     if (!h)
@@ -126,16 +124,6 @@ static void pq_add(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->pq_pos = ctx->pq_len++;
 }
 
-void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
-{
-    uint32_t i = h->pq_pos, last = --ctx->pq_len;
-    if (i != last) {
-        ctx->pq[i] = ctx->pq[last];
-        ctx->pq[i].h->pq_pos = i;
-    }
-    h->pq_pos = PQ_NONE;
-}
-
 static void fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
 {
     h->fire_next = NULL;
@@ -146,20 +134,6 @@ static void fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
         ctx->fire_head = h;
     ctx->fire_tail = h;
     h->on_fire = true;
-}
-
-void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
-{
-    if (h->fire_prev)
-        h->fire_prev->fire_next = h->fire_next;
-    else
-        ctx->fire_head = h->fire_next;
-    if (h->fire_next)
-        h->fire_next->fire_prev = h->fire_prev;
-    else
-        ctx->fire_tail = h->fire_prev;
-    h->fire_next = h->fire_prev = NULL;
-    h->on_fire = false;
 }
 
 static void errq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
@@ -195,7 +169,8 @@ static uint64_t seq_next(uint64_t last)
     return (last & ~0xffffffffull) | (uint32_t)((uint32_t)last + 1);
 }
 
-void dchan_recv_detected(dchan_handle_t *h, uint64_t v)
+/* The scan saw *probe change to v on a queued SENTINEL or FLAG handle. */
+static void recv_detected(dchan_handle_t *h, uint64_t v)
 {
     if (h->detect == DCHAN_DETECT_FLAG) {
         bool same_epoch = (v >> 32) == (h->seq >> 32);
@@ -207,6 +182,23 @@ void dchan_recv_detected(dchan_handle_t *h, uint64_t v)
         h->seq = v;
     }
     arrived(h);
+}
+
+/* One dense array of (word, idle value) pairs. */
+void dchan_scan_pollq(dchan_ctx_t *ctx)
+{
+    struct dchan_pq_ent *pq = ctx->pq;
+    for (uint32_t i = 0; i < ctx->pq_len;) {
+        uint64_t v = __atomic_load_n(pq[i].probe, __ATOMIC_ACQUIRE);
+        if (__builtin_expect(v == pq[i].idle, 1)) {
+            i++;
+            continue;
+        }
+        /* Removal swaps the last entry into i, so i is looked at again. */
+        dchan_handle_t *h = pq[i].h;
+        dchan_pq_remove(ctx, h);
+        recv_detected(h, v);
+    }
 }
 
 int dchan_core_recv_writable(dchan_handle_t *r)
@@ -230,6 +222,41 @@ void dchan_core_arrival(dchan_handle_t *h)
         return;
     }
     arrived(h);
+}
+
+/* Whole words, then bytes: notices carry a few dozen bytes at most, where
+ * a call to memcpy costs more than the copy. */
+static void copy_small(unsigned char *d, const unsigned char *s, size_t n)
+{
+    for (; n >= 8; n -= 8, d += 8, s += 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        memcpy(d, &w, 8);
+    }
+    while (n--)
+        *d++ = *s++;
+}
+
+bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
+                           const void *data, size_t len)
+{
+    dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
+    if (!h || h->prov != p || h->detect != DCHAN_DETECT_EVENT || (gen && gen != h->gen) ||
+        (peer >= 0 && peer != h->peer))
+        return false;
+    if (data) {
+        if (len != h->size) {
+            dchan_core_handle_error(h, DCHAN_ERR_SIZE);
+            return true;
+        }
+        /* Not armed: the overrun is raised and the data the application
+         * holds stays intact. */
+        if (dchan_core_recv_writable(h) != DCHAN_SUCCESS)
+            return true;
+        copy_small(h->buf, data, len);
+    }
+    dchan_core_arrival(h);
+    return true;
 }
 
 void dchan_core_put_done(dchan_handle_t *h, int rc)
@@ -501,8 +528,9 @@ static int mark_locked(dchan_handle_t *h)
         }
         h->idle = h->seq;
     }
-    rc = h->prov->ops->recv_arm(h);
-    if (rc != DCHAN_SUCCESS)
+    /* Most providers need nothing per re-arm: skip the call. */
+    if (h->prov->ops->recv_arm != dchan_prov_noop_recv_arm &&
+        (rc = h->prov->ops->recv_arm(h)) != DCHAN_SUCCESS)
         return rc;
     h->rstate = DCHAN_RS_ARMED;
     h->in_pollq = false;
@@ -598,6 +626,8 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
         if (rc != DCHAN_SUCCESS)
             goto out;
     }
+    d.priv = h->priv;
+    d.remote_id = h->id;
     d.src = h->buf;
     d.size = h->size;
     d.detect = h->detect;
@@ -624,7 +654,10 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
             rc = h->prov->ops->put(h, &d);
         }
     }
-    if (rc != DCHAN_SUCCESS) {
+    if (rc == DCHAN_PROV_PUT_DONE) {
+        h->inflight = false;
+        rc = DCHAN_SUCCESS;
+    } else if (rc != DCHAN_SUCCESS) {
         h->inflight = false;
         if (h->error)
             rc = h->error;

@@ -10,9 +10,34 @@ bool dchan_in_callback(const dchan_ctx_t *ctx);
 int dchan_handle_release(dchan_handle_t *h);
 /* Free quarantined handles beyond keep. */
 void dchan_quarantine_flush(dchan_ctx_t *ctx, uint64_t keep);
-void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h);
-void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h);
-/* The scan saw *probe change to v on a queued SENTINEL or FLAG handle. */
-void dchan_recv_detected(dchan_handle_t *h, uint64_t v);
+/* Scan the polling queue: arrivals seen there go onto the fire list. */
+void dchan_scan_pollq(dchan_ctx_t *ctx);
+
+#define PQ_NONE UINT32_MAX
+
+/* Inline: both run once per arrival, on the path a callback waits for. */
+static inline void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    uint32_t i = h->pq_pos, last = --ctx->pq_len;
+    if (i != last) {
+        ctx->pq[i] = ctx->pq[last];
+        ctx->pq[i].h->pq_pos = i;
+    }
+    h->pq_pos = PQ_NONE;
+}
+
+static inline void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (h->fire_prev)
+        h->fire_prev->fire_next = h->fire_next;
+    else
+        ctx->fire_head = h->fire_next;
+    if (h->fire_next)
+        h->fire_next->fire_prev = h->fire_prev;
+    else
+        ctx->fire_tail = h->fire_prev;
+    h->fire_next = h->fire_prev = NULL;
+    h->on_fire = false;
+}
 
 #endif

@@ -12,6 +12,7 @@
 #ifndef DCHAN_PROVIDER_H
 #define DCHAN_PROVIDER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,7 +57,12 @@ enum {
 #define DCHAN_PROV_PRIV_BYTES 192
 
 /* One put, as the core decided it. */
+/* put: the put completed before returning (no dchan_core_put_done follows). */
+#define DCHAN_PROV_PUT_DONE 1
+
 struct dchan_put_desc {
+    void *priv;         /* the handle's DCHAN_PROV_PRIV area */
+    uint32_t remote_id; /* the receiver handle's id, from the wire */
     const void *src; /* the send buffer */
     size_t size;     /* its size, equal to the receive size */
     int detect;      /* how the receiver detects the arrival */
@@ -125,8 +131,9 @@ struct dchan_provider_ops {
      * DCHAN_ERR_HANDLE for fields that cannot be right. */
     int (*send_open)(dchan_handle_t *h, const unsigned char *wire_fields);
     /* Sender: start one put. DCHAN_ERR_AGAIN: resources busy, the core
-     * drives progress and retries. On success the provider later reports
-     * local completion with dchan_core_put_done. */
+     * drives progress and retries. DCHAN_PROV_PUT_DONE: the put completed
+     * locally before returning. DCHAN_SUCCESS: it is under way, and the
+     * provider later reports local completion with dchan_core_put_done. */
     int (*put)(dchan_handle_t *h, const struct dchan_put_desc *d);
     /* Sender: the put in flight could not complete within the drain time;
      * give up on it (cancel, or let it finish in the background). */
@@ -211,6 +218,16 @@ dchan_handle_t *dchan_ctx_recv_handle(dchan_ctx_t *ctx, uint32_t id);
  * put or recv_arm; they never run user callbacks. */
 /* Receiver, EVENT: data for this handle has fully arrived. */
 void dchan_core_arrival(dchan_handle_t *h);
+/* Receiver, EVENT, for a notice that names its handle by wire id: the
+ * arrival on the live EVENT handle of p with that id (and that whole
+ * generation, that sender rank, unless gen is 0 or peer -1). data, len:
+ * when data is not NULL, len bytes carried with the notice, which are the
+ * body: copied into the buffer first, refused with DCHAN_ERR_SIZE on the
+ * handle unless len is its size, and with DCHAN_ERR_OVERRUN while the
+ * application still holds the last arrival (its data stays intact). False
+ * when id names no such handle: a late write for a destroyed one. */
+bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
+                           const void *data, size_t len);
 /* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
 void dchan_core_put_done(dchan_handle_t *h, int rc);
 /* Receiver: may data be written into r now? For providers that place data

@@ -448,16 +448,10 @@ void dchan_ofi_recv_close(dchan_handle_t *h)
  * 8 bytes are carried. */
 static void arrival(struct dchan_prov *p, uint64_t data)
 {
-    uint32_t id = (uint32_t)data, gen = (uint32_t)(data >> 32);
-    dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
-    if (!h || dchan_h_prov(h) != p || dchan_h_detect(h) != DCHAN_DETECT_EVENT ||
-        (gen && gen != dchan_h_gen(h))) {
+    if (!dchan_core_arrival_id(p, (uint32_t)data, (uint32_t)(data >> 32), -1, NULL, 0))
         /* A late write for a destroyed handle. */
         dchan_debug(p->ctx, OFI_NAME, "remote CQ data %#llx matches no handle",
                     (unsigned long long)data);
-        return;
-    }
-    dchan_core_arrival(h);
 }
 
 /* ---- sender ------------------------------------------------------------------------------ */

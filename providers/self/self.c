@@ -99,8 +99,7 @@ static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         dchan_core_arrival(r);
         break;
     }
-    dchan_core_put_done(h, DCHAN_SUCCESS);
-    return DCHAN_SUCCESS;
+    return DCHAN_PROV_PUT_DONE;
 }
 
 static void self_send_close(dchan_handle_t *h)

@@ -555,19 +555,11 @@ static int shm_progress(struct dchan_prov *p)
         if (__atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE) != s->ring_head + 1)
             break;
         uint32_t id = sl->id, len = sl->len;
-        dchan_handle_t *h = id ? dchan_ctx_recv_handle(p->ctx, id) : NULL;
-        if (h && dchan_h_prov(h) == p && dchan_h_detect(h) == DCHAN_DETECT_EVENT) {
-            if (len == 0) {
-                dchan_core_arrival(h);
-            } else if (len != dchan_h_size(h) || len > SHM_INLINE_BYTES) {
-                dchan_core_handle_error(h, DCHAN_ERR_SIZE);
-            } else if (dchan_core_recv_writable(h) == DCHAN_SUCCESS) {
-                /* Not armed: the overrun is raised and the data the
-                 * application holds stays intact. */
-                memcpy(dchan_h_buf(h), sl->data, len);
-                dchan_core_arrival(h);
-            }
-        }
+        /* id 0: a claimed position whose put failed. A length no record
+         * holds is passed on as one no handle has: DCHAN_ERR_SIZE. */
+        if (id)
+            dchan_core_arrival_id(p, id, 0, -1, len ? sl->data : NULL,
+                                  len <= SHM_INLINE_BYTES ? len : SIZE_MAX);
         s->ring_head++;
         /* Producers reuse the slot once they see the head past it. */
         __atomic_store_n(&s->hdr->ring_head, s->ring_head, __ATOMIC_RELEASE);
@@ -715,7 +707,7 @@ static void ring_publish(struct shm_slot *sl, uint64_t pos, uint32_t id, uint32_
 
 static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
 {
-    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    struct shm_sh *sh = d->priv;
     int rc = DCHAN_SUCCESS;
 
     switch (d->detect) {
@@ -749,11 +741,11 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
             return rc; /* nothing written: the core drives progress and retries */
         if (d->size <= SHM_INLINE_BYTES) {
             memcpy(sl->data, d->src, d->size);
-            ring_publish(sl, pos, dchan_h_remote_id(h), (uint32_t)d->size);
+            ring_publish(sl, pos, d->remote_id, (uint32_t)d->size);
             break;
         }
         rc = write_body(sh, d->src, d->size);
-        ring_publish(sl, pos, rc == DCHAN_SUCCESS ? dchan_h_remote_id(h) : 0, 0);
+        ring_publish(sl, pos, rc == DCHAN_SUCCESS ? d->remote_id : 0, 0);
         break;
     }
     }
@@ -763,9 +755,7 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         dchan_core_put_done(h, rc);
         return rc;
     }
-    if (rc == DCHAN_SUCCESS)
-        dchan_core_put_done(h, DCHAN_SUCCESS);
-    return rc;
+    return rc == DCHAN_SUCCESS ? DCHAN_PROV_PUT_DONE : rc;
 }
 
 static void shm_send_close(dchan_handle_t *h)

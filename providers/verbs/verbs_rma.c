@@ -590,14 +590,11 @@ int dchan_verbs_poll_recv(struct vrb_state *s)
                 continue;
             }
             /* O(1) however many handles are armed: the id names the slot. */
-            dchan_handle_t *r = dchan_ctx_recv_handle(s->p->ctx, imm);
-            if (!r || dchan_h_prov(r) != s->p || dchan_h_detect(r) != DCHAN_DETECT_EVENT ||
-                dchan_h_peer(r) != c->peer) {
+            if (!dchan_core_arrival_id(s->p, imm, 0, c->peer, NULL, 0)) {
                 dchan_debug(s->p->ctx, VRB_NAME, "arrival for stale handle id %#x from rank %d",
                             imm, c->peer);
                 continue;
             }
-            dchan_core_arrival(r);
             n++;
         }
     } while (ne == VRB_POLL);
