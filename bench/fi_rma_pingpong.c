@@ -253,9 +253,16 @@ int main(int argc, char **argv)
         if (opt == 's') {
             char *s = optarg, *end;
             for (nsizes = 0; *s && nsizes < MAXSIZES; s = *end ? end + 1 : end) {
-                sizes[nsizes++] = strtol(s, &end, 0);
-                if (end == s || sizes[nsizes - 1] < 1)
+                static const char units[] = "KMG"; /* x1024, as the other benchmarks read sizes */
+                long v = strtol(s, &end, 0);
+                const char *m = end != s && *end ? strchr(units, *end) : NULL;
+                if (m) {
+                    v <<= 10 * (m - units + 1);
+                    end++;
+                }
+                if (end == s || v < 1 || (*end && *end != ','))
                     goto usage;
+                sizes[nsizes++] = v;
             }
         } else if (opt == 'i') {
             iters = atol(optarg);
@@ -347,8 +354,8 @@ int main(int argc, char **argv)
 
 usage:
     if (me == 0)
-        fprintf(stderr, "usage: mpirun -np 2 fi_rma_pingpong [--sizes a,b,...] [--iters N] "
-                        "[--warmup N]\n");
+        fprintf(stderr, "usage: mpirun -np 2 fi_rma_pingpong [--sizes a,b,... (K, M, G: x1024)] "
+                        "[--iters N] [--warmup N]\n");
     MPI_Finalize();
     return 2;
 }
