@@ -43,6 +43,9 @@ double *app_buf_alloc(dchan_ctx_t *ctx, size_t count)
     if (!ctx)
         return app_xalloc(count);
     int rc = dchan_alloc(ctx, count ? count * sizeof(double) : 64, &p);
+    if (rc == DCHAN_ERR_NO_MEMORY)
+        app_die_dchan("dchan_alloc (the shared segment is full: raise DCHAN_SHM_SEGMENT_SIZE)",
+                      rc);
     if (rc != DCHAN_SUCCESS)
         app_die_dchan("dchan_alloc", rc);
     return p;

@@ -132,25 +132,28 @@ struct bufs {
     double *cown;         /* result: strip y of C(x,z) */
 };
 
-static void alloc_bufs(const struct geom *g, struct bufs *bu)
+/* What other ranks write (the blocks and the partials received) comes
+ * from dchan_alloc in dchan mode: under shm a put into it is one memcpy,
+ * elsewhere a system call per put. ctx NULL: the heap (msg mode). */
+static void alloc_bufs(dchan_ctx_t *ctx, const struct geom *g, struct bufs *bu)
 {
     for (int p = 0; p < 2; p++) {
-        bu->a[p] = app_xalloc(g->blk);
-        bu->b[p] = app_xalloc(g->blk);
+        bu->a[p] = app_buf_alloc(ctx, g->blk);
+        bu->b[p] = app_buf_alloc(ctx, g->blk);
         bu->cpart[p] = app_xalloc(g->blk);
-        bu->crecv[p] = app_xalloc(g->blk);
+        bu->crecv[p] = app_buf_alloc(ctx, g->blk);
         memset(bu->crecv[p], 0, g->blk * sizeof(double));
     }
     bu->cown = app_xalloc(g->strip);
 }
 
-static void free_bufs(struct bufs *bu)
+static void free_bufs(dchan_ctx_t *ctx, struct bufs *bu)
 {
     for (int p = 0; p < 2; p++) {
-        free(bu->a[p]);
-        free(bu->b[p]);
+        app_buf_free(ctx, bu->a[p]);
+        app_buf_free(ctx, bu->b[p]);
         free(bu->cpart[p]);
-        free(bu->crecv[p]);
+        app_buf_free(ctx, bu->crecv[p]);
     }
     free(bu->cown);
 }
@@ -578,13 +581,13 @@ int main(int argc, char **argv)
     if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS"))
         openblas_set_num_threads(1);
 #endif
-    alloc_bufs(&g, &bu);
-
     if (o.c.mode == MODE_DCHAN) {
         ctx = app_dchan_init(&o.c);
         provider = dchan_provider_name(ctx);
+        alloc_bufs(ctx, &g, &bu);
         setup_channels(ctx, &g, &bu, &ch);
     } else {
+        alloc_bufs(NULL, &g, &bu);
         split_lines(&g, line);
     }
     if (app_rank == 0)
@@ -632,13 +635,14 @@ int main(int argc, char **argv)
 
     if (ctx) {
         teardown_channels(&ch, g.q);
+        free_bufs(ctx, &bu); /* before the context: dchan_alloc memory goes with it */
         if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
             fprintf(stderr, "matmul3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
     } else {
         for (int k = 0; k < NKINDS; k++)
             MPI_Comm_free(&line[k]);
+        free_bufs(NULL, &bu);
     }
-    free_bufs(&bu);
     MPI_Finalize();
     return failed;
 }
