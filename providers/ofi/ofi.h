@@ -52,6 +52,7 @@ struct ofi_op {
     struct ofi_orphan *orphan;
     struct ofi_op *next_free;
     int peer; /* for log lines, even once abandoned */
+    bool after_loss; /* posted while the connection to peer was known lost */
 };
 
 /* A receive posted for providers with FI_RX_CQ_DATA. */
@@ -76,6 +77,9 @@ struct ofi_state {
     struct fid_cq *cq;
     struct fid_ep *ep;
     fi_addr_t *peers;
+    /* Per peer: a write to it died with its connection (dchan_ofi_reset)
+     * and none has completed since. */
+    bool *conn_lost;
     int nranks;
 
     /* memory registration */
@@ -156,6 +160,7 @@ int dchan_ofi_wire_unpack(const unsigned char *in, bool raw, bool flag, bool vir
 int dchan_ofi_rc(struct dchan_prov *p, int fi_err, const char *what);
 bool dchan_ofi_unreachable(int fi_err);
 bool dchan_ofi_unsent(int fi_err);
+bool dchan_ofi_reset(int fi_err);
 int dchan_ofi_post_rx(struct ofi_state *st, struct ofi_rx *rx);
 
 /* ofi_mr.c */

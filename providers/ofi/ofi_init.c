@@ -81,6 +81,22 @@ bool dchan_ofi_unsent(int fi_err)
     }
 }
 
+/* The write's connection broke under it (tcp resets a connection that
+ * carried a write to a closed region, say). Whether it was delivered is
+ * unknown, unless the connection was already known lost when it was
+ * posted: see write_done. */
+bool dchan_ofi_reset(int fi_err)
+{
+    switch (fi_err < 0 ? -fi_err : fi_err) {
+    case FI_ECANCELED:
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* The one conversion of libfabric status to ours; the native detail goes
  * to the log, except for FI_EAGAIN which only means "progress and retry". */
 int dchan_ofi_rc(struct dchan_prov *p, int fi_err, const char *what)
@@ -428,6 +444,7 @@ static void state_free(struct ofi_state *st)
     if (st->info)
         fi_freeinfo(st->info);
     free(st->peers);
+    free(st->conn_lost);
     free(st->ops);
     free(st->rx);
     free(st->addr);
@@ -458,7 +475,8 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
     st->nranks = dchan_ctx_nranks(p->ctx);
     st->info = fi_dupinfo(cand);
     st->peers = calloc((size_t)st->nranks, sizeof *st->peers);
-    if (!st->info || !st->peers)
+    st->conn_lost = calloc((size_t)st->nranks, sizeof *st->conn_lost);
+    if (!st->info || !st->peers || !st->conn_lost)
         goto fail;
     if (st->info->next) {
         fi_freeinfo(st->info->next); /* fi_dupinfo copies one entry; be sure */

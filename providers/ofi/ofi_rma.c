@@ -102,6 +102,7 @@ static int post(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s, const
     op->next_free = NULL;
     op->h = h;
     op->peer = dchan_h_peer(h);
+    op->after_loss = st->conn_lost[op->peer];
     s->outstanding++;
     return 0;
 }
@@ -605,6 +606,18 @@ void dchan_ofi_orphans_release(struct ofi_state *st)
 
 /* ---- progress ------------------------------------------------------------------------------ */
 
+/* Was the write surely not delivered, so that posting it again cannot
+ * deliver anything twice? Its connection was gone when it was posted, or
+ * had already broken under an earlier write with none completed since:
+ * then it went nowhere, or on a connection that broke before it, and
+ * libfabric connects again for the next post. (This is what lets the
+ * other channels to a peer go on after tcp reset the connection under a
+ * write to a closed region.) */
+static bool write_unsent(const struct ofi_op *op, int fi_err)
+{
+    return dchan_ofi_unsent(fi_err) || (op->after_loss && dchan_ofi_reset(fi_err));
+}
+
 /* A write of ours completed: fi_err 0, or the libfabric error it died of
  * (rc its conversion). */
 static void write_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int rc)
@@ -612,7 +625,12 @@ static void write_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int 
     struct ofi_state *st = p->state;
     dchan_handle_t *h = op->h;
     struct ofi_orphan *o = op->orphan;
+    bool unsent = fi_err && write_unsent(op, fi_err);
 
+    if (!fi_err)
+        st->conn_lost[op->peer] = false;
+    else if (dchan_ofi_reset(fi_err))
+        st->conn_lost[op->peer] = true;
     op_free(st, op);
     if (o) {
         if (--o->outstanding == 0)
@@ -624,7 +642,7 @@ static void write_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int 
     struct ofi_sh *s = sh(h);
     int peer = dchan_h_peer(h);
     s->outstanding--;
-    if (fi_err && dchan_ofi_unsent(fi_err))
+    if (unsent)
         s->unsent = true; /* posted again once reconnected (settle) */
     else if (fi_err && !s->err)
         s->err = rc;
@@ -662,7 +680,7 @@ static void read_error(struct dchan_prov *p)
     const char *d = fi_cq_strerror(st->cq, e.prov_errno, e.err_data, detail, sizeof detail);
     struct ofi_op *op = op_of(st, e.op_context);
     if (op) {
-        if (dchan_ofi_unsent(err)) {
+        if (write_unsent(op, err)) {
             /* Not an error yet: the put goes again once reconnected. */
             dchan_debug(p->ctx, OFI_NAME, "write to rank %d found its connection gone: %s",
                         op->peer, d ? d : "no detail");
