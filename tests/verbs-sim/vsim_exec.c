@@ -124,10 +124,13 @@ static int fail(struct vsim_qp *qp, const struct vsim_swqe *w, enum ibv_wc_statu
 {
 	vsim_dbg("QP %u: WR %#llx completes with %s", qp->ibqp.qp_num,
 		 (unsigned long long)w->wr_id, ibv_wc_status_str(st));
-	vsim_send_cqe(qp, w, st, verr, 1);
+	/* The QP is in ERR before the completion can be seen, as on an HCA:
+	 * whoever polls the error may query the state at once. (The receive
+	 * queue's flushes are another work queue's: no order between them.) */
 	vsim_lock(&qp->shm->h.lock);
 	vsim_qp_shm_enter_error(qp->shm, qp->shm->srq_id ? NULL : qp->rcq->shm, -1);
 	vsim_unlock(&qp->shm->h.lock);
+	vsim_send_cqe(qp, w, st, verr, 1);
 	return X_ERROR;
 }
 
