@@ -566,7 +566,9 @@ static void usage(void)
     fprintf(stderr,
             "usage: mp_exchange --test halo|ring|split|multicast|foreign [--channels a,b]\n"
             "       [--sizes a,b,...] [--iters N] [--bad] [--wire-out F] [--wire-in F]\n"
-            "       [--hosts N (blocks of N ranks claim one host)] [--no-cma] [--shm-ring SLOTS]\n");
+            "       [--hosts N (blocks of N ranks claim one host)] [--no-cma] [--shm-ring SLOTS]\n"
+            "       [--max-bytes B (per channel and size; iterations are cut to fit, to 16\n"
+            "        at least; default 256M, 0: no cap)]\n");
     exit(2);
 }
 
@@ -587,6 +589,9 @@ int main(int argc, char **argv)
 {
     const char *test = NULL, *wire_out = NULL, *wire_in = NULL;
     long sizes[32] = {4096}, chans[8] = {1}, iters = 1000;
+    /* A thousand 4 MiB puts each way check nothing that 64 do not, and cost
+     * minutes under the sanitizers. */
+    long max_bytes = 256l << 20;
     int nsizes = 1, nchans = 1, bad = 0, opt;
     static const struct option opts[] = {
         {"test", required_argument, 0, 't'}, {"sizes", required_argument, 0, 's'},
@@ -594,7 +599,7 @@ int main(int argc, char **argv)
         {"bad", no_argument, 0, 'b'}, {"wire-out", required_argument, 0, 'o'},
         {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
         {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
-        {0, 0, 0, 0}};
+        {"max-bytes", required_argument, 0, 'x'}, {0, 0, 0, 0}};
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -612,10 +617,11 @@ int main(int argc, char **argv)
         case 'h': hosts_block = atoi(optarg); break;
         case 'm': no_cma = 1; break;
         case 'r': setenv("DCHAN_SHM_RING_SLOTS", optarg, 1); break; /* to make it overflow */
+        case 'x': max_bytes = atol(optarg); break;
         default: usage();
         }
     }
-    if (!test || iters < 1)
+    if (!test || iters < 1 || max_bytes < 0)
         usage();
     if (getenv("MP_TIME_LIMIT"))
         t_limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
@@ -650,21 +656,24 @@ int main(int argc, char **argv)
         for (int si = 0; si < nsizes; si++) {
             if (chans[ci] < 1 || chans[ci] > MAXCH || sizes[si] < 1)
                 usage();
+            long n = iters;
+            if (max_bytes && n > 16 && n > max_bytes / sizes[si])
+                n = max_bytes / sizes[si] > 16 ? max_bytes / sizes[si] : 16;
             if (strcmp(test, "halo") == 0)
-                halo(ctx, (int)chans[ci], (size_t)sizes[si], iters, bad);
+                halo(ctx, (int)chans[ci], (size_t)sizes[si], n, bad);
             else if (strcmp(test, "ring") == 0)
-                ring(ctx, (int)chans[ci], (size_t)sizes[si], iters);
+                ring(ctx, (int)chans[ci], (size_t)sizes[si], n);
             else if (strcmp(test, "split") == 0)
-                split(ctx, (size_t)sizes[si], iters);
+                split(ctx, (size_t)sizes[si], n);
             else if (strcmp(test, "multicast") == 0)
-                multicast(ctx, (size_t)sizes[si], iters);
+                multicast(ctx, (size_t)sizes[si], n);
             else if (strcmp(test, "foreign") == 0)
                 foreign(ctx, wire_out, wire_in);
             else
                 usage();
             if (me == 0)
                 fprintf(stderr, "mp_exchange: %s channels=%ld size=%ld iters=%ld ok\n", test,
-                        chans[ci], sizes[si], iters);
+                        chans[ci], sizes[si], n);
         }
     }
     dchan_stats_t st;
