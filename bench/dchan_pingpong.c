@@ -13,7 +13,12 @@
  *                 body, ucp_worker_fence, then a put of the last word that
  *                 the target polls; nothing of dchan or MPI in between
  *   cacheline     two processes bouncing one shared cache line: the physical
- *                 floor of this machine's core-to-core latency
+ *                 floor of this machine's core-to-core latency; with it, the
+ *                 floors of a channel pingpong, a word per direction:
+ *                 cacheline-pair (each side polls for the next value, as
+ *                 ucx-put's receiver does) and cacheline-rearm (the receiver
+ *                 writes the idle value back before answering, as SENTINEL's
+ *                 re-arm does); size=8 results, no library involved
  *
  * Fairness: every implementation has its own buffers, warms up, and is then
  * timed in repetitions that take turns (A B C D A B C D ...), so that a
@@ -660,11 +665,15 @@ static int cacheline_open(void)
         MPI_Comm_free(&cl_comm);
         return -1;
     }
-    MPI_Win_allocate_shared(bench_rank == 0 ? 128 : 0, 1, MPI_INFO_NULL, cl_comm, &base, &cl_win);
+    /* Three lines 128 bytes apart (the adjacent-line prefetcher pairs
+     * lines): the shared one, then one per direction for the floors. */
+    MPI_Win_allocate_shared(bench_rank == 0 ? 3 * 128 : 0, 1, MPI_INFO_NULL, cl_comm, &base,
+                            &cl_win);
     MPI_Win_shared_query(cl_win, 0, &sz, &du, &base);
     cl_line = base;
     if (bench_rank == 0)
-        *cl_line = 0;
+        for (int k = 0; k < 3; k++)
+            cl_line[k * 16] = 0;
     MPI_Barrier(cl_comm);
     cl_val = 0;
     return 0;
@@ -685,6 +694,37 @@ static void cacheline_run(long n)
             __atomic_store_n(cl_line, cl_val + 2, __ATOMIC_RELEASE);
         }
         cl_val += 2;
+    }
+}
+
+/*
+ * The floors of a channel pingpong, which has a word per direction: rank 0
+ * stores into line 1 and polls line 2, rank 1 the other way round. Plain:
+ * each side polls for the next value (what ucx-put's receiver does).
+ * Re-armed: the receiver writes the idle value back once it saw the word
+ * change, as SENTINEL's re-arm does, before it answers. Nothing else: no
+ * library, no callback.
+ */
+static void pair_run(long n, int rearm)
+{
+    volatile uint64_t *out = cl_line + (bench_rank == 0 ? 16 : 32),
+                      *in = cl_line + (bench_rank == 0 ? 32 : 16);
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the line pair");
+    for (long i = 0; i < n; i++) {
+        uint64_t v = ++cl_val; /* both ranks count alike */
+        if (bench_rank == 0)
+            __atomic_store_n(out, v, __ATOMIC_RELEASE);
+        if (rearm) {
+            while (__atomic_load_n(in, __ATOMIC_ACQUIRE) == 0)
+                bench_spin(&sp);
+            __atomic_store_n(in, 0, __ATOMIC_RELEASE);
+        } else {
+            while (__atomic_load_n(in, __ATOMIC_ACQUIRE) != v)
+                bench_spin(&sp);
+        }
+        if (bench_rank == 1)
+            __atomic_store_n(out, v, __ATOMIC_RELEASE);
     }
 }
 
@@ -869,7 +909,10 @@ static void usage(FILE *f)
             "25). --warmup (default 1000) is cut down in proportion.\n"
             "ucx-put: raw UCX puts; UCX picks its transports itself, shared memory (sysv,\n"
             "posix) between ranks of one node; UCX_TLS overrides (e.g. UCX_TLS=posix, or\n"
-            "tcp). Skipped if UCX cannot open. " UCX_BUILT "\n\n%s"
+            "tcp). Skipped if UCX cannot open. " UCX_BUILT "\n"
+            "cacheline: one line bounced between the ranks, then the floors of a pingpong\n"
+            "with a word per direction: cacheline-pair (polling for the next value) and\n"
+            "cacheline-rearm (the receiver writes the idle value back, as SENTINEL does).\n\n%s"
             "  --budget BYTES    bytes per direction per implementation and size\n",
             bench_common_help);
 }
@@ -1025,6 +1068,30 @@ int main(int argc, char **argv)
         }
         bench_note("cacheline: one-way %.1f ns [%.1f-%.1f]\n", cl_all * 1000, mn * 1000,
                    mx * 1000);
+        static const char *const floor_name[2] = {"cacheline-pair", "cacheline-rearm"};
+        for (int rearm = 0; rearm < 2; rearm++) {
+            double med;
+            if (rearm) { /* the plain run left its last values: each clears its own */
+                cl_line[bench_rank == 0 ? 32 : 16] = 0;
+                MPI_Barrier(bench_comm);
+            }
+            pair_run(o.warmup, rearm);
+            MPI_Barrier(bench_comm);
+            for (int r = 0; r < o.reps; r++) {
+                uint64_t t0 = bench_now_ns();
+                pair_run(o.iters, rearm);
+                samples[r] = (double)(bench_now_ns() - t0) / (double)o.iters / 2 / 1000;
+            }
+            bench_stats(samples, o.reps, &med, &mn, &mx);
+            if (bench_rank == 0) {
+                printf("RESULT bench=pingpong impl=%s provider=- detect=- size=8 "
+                       "oneway_us=%.4f min_us=%.4f max_us=%.4f\n",
+                       floor_name[rearm], med, mn, mx);
+                fflush(stdout);
+            }
+            bench_note("%s: one-way %.1f ns [%.1f-%.1f]\n", floor_name[rearm], med * 1000,
+                       mn * 1000, mx * 1000);
+        }
     }
 
     for (int si = 0; si < o.nsizes; si++) {

@@ -108,16 +108,17 @@ def pingpong(res):
     rows = [r for r in parse(os.path.join(res, "pingpong.txt")) if r["kind"] == "RESULT"]
     data = {}
     for r in rows:
-        if r.get("impl") == "cacheline":
+        if r.get("impl", "").startswith("cacheline"):
             continue
         data.setdefault(label(r), {})[int(r["size"])] = (
             num(r["oneway_us"]), num(r["min_us"]), num(r["max_us"]))
     cl = [r for r in rows if r.get("impl") == "cacheline"]
-    return data, cl
+    floors = [r for r in rows if r.get("impl") in ("cacheline-pair", "cacheline-rearm")]
+    return data, cl, floors
 
 
 def sec_pingpong(res):
-    data, cl = pingpong(res)
+    data, cl, floors = pingpong(res)
     if not data:
         return "_No pingpong results._"
     labels = order_labels(data)
@@ -135,12 +136,17 @@ def sec_pingpong(res):
         text += ("\n\nCore-to-core cache-line handoff in the same run (`impl=cacheline`): "
                  "**%.1f ns** one way [%.1f–%.1f]." % (
                      1000 * num(c["oneway_us"]), 1000 * num(c["min_us"]), 1000 * num(c["max_us"])))
+    if floors:
+        text += (" Floors of a pingpong with a word per direction, no library: " +
+                 "; ".join("`%s` **%.1f ns** [%.1f–%.1f]" % (
+                     f["impl"], 1000 * num(f["oneway_us"]), 1000 * num(f["min_us"]),
+                     1000 * num(f["max_us"])) for f in floors) + ".")
     return text
 
 
 def sec_ratios(res):
     """One column per dchan row; each cell: the ratio to each peer, in order."""
-    data, _ = pingpong(res)
+    data, _, _ = pingpong(res)
     dl = [l for l in order_labels(data) if l.startswith("dchan ")]
     pl = [p for p in PEERS if p in data]
     if not dl or not pl:
@@ -200,7 +206,7 @@ def sec_shm(res):
     run-all run (the shm rows, their peers and cacheline come from one
     launch of each program). Never typed: n/a where a needed impl or size is
     absent from the logs."""
-    pp, cl = pingpong(res)
+    pp, cl, _ = pingpong(res)
     bwd, _ = bw(res)
     out = []
     modes = ("sentinel", "flag", "event")
@@ -321,7 +327,7 @@ def some(sizes, most=6):
 
 
 def sec_targets(res):
-    data, _ = pingpong(res)
+    data, _, _ = pingpong(res)
     pc, al = pollcost(res)
     out = []
 
@@ -449,7 +455,7 @@ def plot_series(res, png, title, xlabel, ylabel, series, logy=True, hline=None):
 
 
 def plots(res):
-    data, cl = pingpong(res)
+    data, cl, _ = pingpong(res)
     if data:
         series = [(l, [(s, data[l][s][0]) for s in sorted(data[l])]) for l in order_labels(data)]
         plot_series(res, "pingpong.png", "One-way latency (median), 2 ranks on one node",
