@@ -56,10 +56,10 @@ enum {
 /* Bytes a provider may keep inside each handle (see DCHAN_PROV_PRIV). */
 #define DCHAN_PROV_PRIV_BYTES 192
 
-/* One put, as the core decided it. */
 /* put: the put completed before returning (no dchan_core_put_done follows). */
 #define DCHAN_PROV_PUT_DONE 1
 
+/* One put, as the core decided it. */
 struct dchan_put_desc {
     void *priv;         /* the handle's DCHAN_PROV_PRIV area */
     uint32_t remote_id; /* the receiver handle's id, from the wire */
