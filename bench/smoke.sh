@@ -42,6 +42,10 @@ common="--yield --timeout 20 --check full"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dchan-smoke.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT
+# Open MPI's session directories too: tests running beside this one never
+# share them (tests/mprun does the same).
+TMPDIR=$tmp
+export TMPDIR
 
 run() { # name program args...
     name=$1
