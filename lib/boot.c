@@ -70,7 +70,7 @@ int dchan_boot_allgather(struct dchan_boot *b, const void *in, void *out, size_t
     return b->ops->allgather(b, in, out, len);
 }
 
-int dchan_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
+int dchan_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *arg)
 {
     unsigned char one = 1;
     if (b->size == 1)

@@ -22,9 +22,11 @@ struct dchan_boot_ops {
     /* Collective: len bytes from every rank into out, in rank order. */
     int (*allgather)(struct dchan_boot *b, const void *in, void *out, size_t len);
     /* Collective barrier that calls poll(arg) while it waits, so that
-     * transports needing the caller's progress finish what peers wait for.
-     * NULL: a blocking allgather serves. */
-    int (*barrier)(struct dchan_boot *b, void (*poll)(void *), void *arg);
+     * transports needing the caller's progress finish what peers wait for;
+     * when poll returns non-zero (a rank died), it stops waiting and returns
+     * DCHAN_ERR_PEER, leaving the collective unfinished. NULL: a blocking
+     * allgather serves. */
+    int (*barrier)(struct dchan_boot *b, int (*poll)(void *), void *arg);
     void (*fini)(struct dchan_boot *b);
 };
 
@@ -40,8 +42,9 @@ struct dchan_boot {
 int dchan_boot_init(struct dchan_boot *b, const dchan_attr_t *attr, dchan_ctx_t *ctx);
 int dchan_boot_allgather(struct dchan_boot *b, const void *in, void *out, size_t len);
 /* poll(arg) is called while waiting, where the method can wait without
- * blocking (mpi, pmix); it may be NULL. */
-int dchan_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg);
+ * blocking (mpi, pmix); it may be NULL; non-zero from it ends the wait with
+ * DCHAN_ERR_PEER. */
+int dchan_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *arg);
 void dchan_boot_fini(struct dchan_boot *b);
 /* Name of a method, "mpi", for dchan_info and logs. */
 const char *dchan_boot_name(int method);

@@ -101,7 +101,7 @@ static int mpi_boot_allgather(struct dchan_boot *b, const void *in, void *out, s
     return DCHAN_SUCCESS;
 }
 
-static int mpi_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
+static int mpi_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *arg)
 {
     struct mpi_boot *s = b->state;
     MPI_Request req;
@@ -114,8 +114,8 @@ static int mpi_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *ar
     rc = MPI_Ibarrier(s->comm, &req);
     for (unsigned long spins = 0; rc == MPI_SUCCESS && !done; spins++) {
         rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done && poll)
-            poll(arg);
+        if (!done && poll && poll(arg))
+            return DCHAN_ERR_PEER; /* a rank died: the request never completes */
         if (!done && spins > 1000)
             sched_yield(); /* with more ranks than cores, let the others in */
     }

@@ -117,7 +117,12 @@ static int pmix_boot_allgather(struct dchan_boot *b, const void *in, void *out, 
 struct fence_done {
     volatile int done;
     volatile pmix_status_t status;
+    struct fence_done *next;
 };
+
+/* Fences a barrier stopped waiting for (a rank died): PMIx may still call
+ * back into them, so they stay allocated, and reachable from here. */
+static struct fence_done *abandoned;
 
 static void fence_cb(pmix_status_t status, void *cbdata)
 {
@@ -126,23 +131,30 @@ static void fence_cb(pmix_status_t status, void *cbdata)
     __atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
 }
 
-static int pmix_boot_barrier(struct dchan_boot *b, void (*poll)(void *), void *arg)
+static int pmix_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *arg)
 {
     struct pmix_boot *s = b->state;
-    struct fence_done f = {0, PMIX_SUCCESS};
-    pmix_status_t rc = PMIx_Fence_nb(&s->all, 1, NULL, 0, fence_cb, &f);
+    struct fence_done *f = calloc(1, sizeof *f);
+    if (!f)
+        return DCHAN_ERR_NO_MEMORY;
+    pmix_status_t rc = PMIx_Fence_nb(&s->all, 1, NULL, 0, fence_cb, f);
     if (rc != PMIX_SUCCESS) {
         dchan_err(b->ctx, "pmix", "PMIx_Fence_nb failed: %s", PMIx_Error_string(rc));
+        free(f);
         return DCHAN_ERR_PROVIDER;
     }
-    for (unsigned long spins = 0; !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE); spins++) {
-        if (poll)
-            poll(arg);
+    for (unsigned long spins = 0; !__atomic_load_n(&f->done, __ATOMIC_ACQUIRE); spins++) {
+        if (poll && poll(arg)) {
+            f->next = __atomic_exchange_n(&abandoned, f, __ATOMIC_ACQ_REL);
+            return DCHAN_ERR_PEER;
+        }
         if (spins > 1000)
             sched_yield();
     }
-    if (f.status != PMIX_SUCCESS) {
-        dchan_err(b->ctx, "pmix", "fence failed: %s", PMIx_Error_string(f.status));
+    rc = f->status;
+    free(f);
+    if (rc != PMIX_SUCCESS) {
+        dchan_err(b->ctx, "pmix", "fence failed: %s", PMIx_Error_string(rc));
         return DCHAN_ERR_PROVIDER;
     }
     return DCHAN_SUCCESS;

@@ -174,11 +174,33 @@ static int add_prov(dchan_ctx_t *ctx, struct dchan_prov *p)
     return DCHAN_SUCCESS;
 }
 
+/* The kernel (boot id) and the namespaces in nsfiles, appended to buf. */
+static size_t kernel_identity(char *buf, size_t n, size_t cap, const char *const *nsfiles,
+                              size_t nns)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (cap - n > 64 && fgets(buf + n, 64, f))
+            n += strlen(buf + n);
+        fclose(f);
+    }
+    for (size_t i = 0; i < nns; i++) {
+        struct stat st;
+        if (stat(nsfiles[i], &st) == 0 && n + 2 * sizeof(uint64_t) <= cap) {
+            uint64_t v[2] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+            memcpy(buf + n, v, sizeof v);
+            n += sizeof v;
+        }
+    }
+    return n;
+}
+
 /* This host's identity: ranks with the same value can map each other's
  * memory. The kernel (boot id) and the IPC and PID namespaces decide that,
  * not the name alone: two containers may share a hostname. */
 static uint64_t host_identity(const dchan_ctx_t *ctx)
 {
+    static const char *const ns[] = {"/proc/self/ns/ipc", "/proc/self/ns/pid"};
     char buf[512];
     size_t n = 0;
     const char *forced = ctx->params.HOST;
@@ -188,22 +210,18 @@ static uint64_t host_identity(const dchan_ctx_t *ctx)
     memset(buf, 0, sizeof buf);
     if (gethostname(buf, 255) == 0)
         n = strlen(buf);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (fgets(buf + n, 64, f))
-            n += strlen(buf + n);
-        fclose(f);
-    }
-    static const char *const ns[] = {"/proc/self/ns/ipc", "/proc/self/ns/pid"};
-    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        struct stat st;
-        if (stat(ns[i], &st) == 0 && n + 2 * sizeof(uint64_t) <= sizeof buf) {
-            uint64_t v[2] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
-            memcpy(buf + n, v, sizeof v);
-            n += sizeof v;
-        }
-    }
+    n = kernel_identity(buf, n, sizeof buf, ns, 2);
     return dchan_fnv1a64(buf, n) | 1;
+}
+
+/* Where a pid means the same process: one kernel, one PID namespace.
+ * Unlike host_identity, DCHAN_HOST cannot force it (it may join ranks of
+ * several kernels, whose pids must not be watched here). */
+static uint64_t pid_space(void)
+{
+    static const char *const ns[] = {"/proc/self/ns/pid"};
+    char buf[128] = {0};
+    return dchan_fnv1a64(buf, kernel_identity(buf, 0, sizeof buf, ns, 1)) | 1;
 }
 
 int dchan_ctx_same_host(const dchan_ctx_t *ctx, int rank)
@@ -217,17 +235,31 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Host identities of every rank; whether some host runs several ranks and
- * whether the ranks span several hosts (the same answer on every rank). */
+/* Host identities and pids of every rank; whether some host runs several
+ * ranks and whether the ranks span several hosts (the same answer on every
+ * rank). The pids of this host's ranks are watched for death. */
 static int exchange_hosts(dchan_ctx_t *ctx, bool *shared, bool *multi)
 {
-    uint64_t mine = host_identity(ctx);
+    struct {
+        uint64_t host, pid_space;
+        int64_t pid;
+    } mine = {host_identity(ctx), pid_space(), (int64_t)getpid()}, *all;
+    int64_t *pids = calloc((size_t)ctx->nranks, sizeof *pids);
     ctx->host = calloc((size_t)ctx->nranks, sizeof *ctx->host);
+    all = calloc((size_t)ctx->nranks, sizeof *all);
     uint64_t *sorted = calloc((size_t)ctx->nranks, sizeof *sorted);
     int rc = DCHAN_ERR_NO_MEMORY;
-    if (ctx->host && sorted)
-        rc = dchan_boot_allgather(&ctx->boot, &mine, ctx->host, sizeof mine);
+    if (ctx->host && sorted && all && pids)
+        rc = dchan_boot_allgather(&ctx->boot, &mine, all, sizeof mine);
     *shared = *multi = false;
+    if (rc == DCHAN_SUCCESS) {
+        for (int r = 0; r < ctx->nranks; r++) {
+            ctx->host[r] = all[r].host;
+            /* 0: not a pid this process can watch */
+            pids[r] = all[r].pid_space == mine.pid_space ? all[r].pid : 0;
+        }
+        rc = dchan_peers_watch_init(ctx, pids);
+    }
     if (rc == DCHAN_SUCCESS) {
         memcpy(sorted, ctx->host, (size_t)ctx->nranks * sizeof *sorted);
         qsort(sorted, (size_t)ctx->nranks, sizeof *sorted, cmp_u64);
@@ -239,6 +271,8 @@ static int exchange_hosts(dchan_ctx_t *ctx, bool *shared, bool *multi)
         }
     }
     free(sorted);
+    free(all);
+    free(pids);
     return rc;
 }
 
@@ -366,10 +400,25 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
 }
 
 /* Provider progress while a barrier waits (no callbacks: they run at the
- * application's next dchan_progress). */
-static void poll_cb(void *arg)
+ * application's next dchan_progress). Non-zero stops the wait: a rank of
+ * this host died, and the barrier would wait for it forever. */
+static int poll_cb(void *arg)
 {
-    dchan_core_poll_providers(arg);
+    dchan_ctx_t *ctx = arg;
+    dchan_core_poll_providers(ctx);
+    return ctx->ndead;
+}
+
+/* A barrier over the bootstrap, unless a peer is known dead: then nothing
+ * collective can finish, and DCHAN_ERR_PEER says so at once. */
+static int ctx_barrier(dchan_ctx_t *ctx)
+{
+    if (ctx->nwatch)
+        dchan_peers_check_now(ctx); /* a death not seen yet */
+    if (ctx->ndead)
+        return DCHAN_ERR_PEER;
+    int rc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
+    return ctx->ndead ? DCHAN_ERR_PEER : rc;
 }
 
 /* ---- init / finalize ------------------------------------------------------- */
@@ -387,6 +436,7 @@ static void ctx_free(dchan_ctx_t *ctx)
     for (int i = ctx->nprovs - 1; i >= 0; i--)
         prov_free(ctx->provs[i]);
     dchan_boot_fini(&ctx->boot);
+    dchan_peers_watch_fini(ctx);
     free(ctx->route);
     free(ctx->host);
     free(ctx->htab);
@@ -536,9 +586,12 @@ DCHAN_API int dchan_finalize(dchan_ctx_t *ctx)
             rc = hrc;
     }
     /* Peers may still be completing puts into our memory: wait for all,
-     * driving our providers meanwhile (a peer may wait on our progress). */
-    int brc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
-    if (brc != DCHAN_SUCCESS && rc == DCHAN_SUCCESS)
+     * driving our providers meanwhile (a peer may wait on our progress).
+     * With a peer dead, nobody can: release everything at once and say so. */
+    int brc = ctx_barrier(ctx);
+    if (brc == DCHAN_ERR_PEER)
+        dchan_info(ctx, NULL, "a rank is gone: finalize does not wait for the others");
+    if (brc != DCHAN_SUCCESS)
         rc = brc;
     dchan_ctx_unlock(ctx);
     ctx_free(ctx);
@@ -624,7 +677,7 @@ DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
     if (dchan_in_callback(ctx))
         return DCHAN_ERR_STATE;
     dchan_ctx_lock(ctx);
-    int rc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
+    int rc = ctx_barrier(ctx);
     dchan_ctx_unlock(ctx);
     return rc;
 }
@@ -634,6 +687,7 @@ DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
 int dchan_core_poll_providers(dchan_ctx_t *ctx)
 {
     int rc = 0;
+    dchan_peers_poll(ctx);
     for (int i = 0; i < ctx->npolled; i++) {
         int r = ctx->polled[i]->ops->progress(ctx->polled[i]);
         if (r < 0 && rc == 0)
@@ -652,6 +706,8 @@ int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
         dchan_core_poll_providers(ctx);
         if (!h->inflight)
             break;
+        if (ctx->ndead && ctx->dead[h->peer])
+            return DCHAN_ERR_PEER; /* the receiver died: it never completes */
         if (++spins == 64)
             deadline = dchan_now_ns() + timeout_ms * 1000000ull;
         if (spins > 64) {

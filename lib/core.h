@@ -15,6 +15,8 @@
 #include "seqslots.h"
 #include "wire.h"
 
+struct pollfd;
+
 #define DCHAN_CTX_MAGIC 0x58544344u  /* "DCTX" */
 #define DCHAN_H_MAGIC 0x4c444844u    /* "DHDL" */
 #define DCHAN_H_DEAD 0x44414544u     /* "DEAD": destroyed, kept in quarantine */
@@ -139,6 +141,15 @@ struct dchan_ctx {
     dchan_handle_t *qt_head, *qt_tail; /* quarantine of destroyed handles */
     uint64_t qt_len;
 
+    /* Ranks of this host watched for death (lib/peers.c), and the dead. */
+    struct pollfd *watch; /* pidfds of the live ones */
+    int *watch_rank;
+    int nwatch;
+    unsigned watch_tick;
+    uint64_t watch_period_ns, watch_next_ns;
+    uint8_t *dead; /* per rank */
+    int ndead;
+
     bool locking; /* DCHAN_THREAD_MULTIPLE */
     pthread_mutex_t lock;
     bool finalizing;
@@ -164,11 +175,30 @@ static inline bool dchan_ctx_ok(const dchan_ctx_t *ctx)
     return ctx && ctx->magic == DCHAN_CTX_MAGIC;
 }
 
+/* Peers that died (lib/peers.c). pids: every rank's pid from the bootstrap, 0
+ * where it means nothing here (another kernel or PID namespace). */
+int dchan_peers_watch_init(dchan_ctx_t *ctx, const int64_t *pids);
+void dchan_peers_watch_fini(dchan_ctx_t *ctx);
+/* Look now (and schedule the next look); from dchan_peers_poll. */
+void dchan_peers_check_now(dchan_ctx_t *ctx);
+void dchan_peers_tick(dchan_ctx_t *ctx);
+/* rank is gone: DCHAN_ERR_PEER on all its handles, collectives stop waiting. */
+void dchan_peers_lost(dchan_ctx_t *ctx, int rank);
+
+/* From every poll loop: a counter on the hot path, a clock read every
+ * DCHAN_WATCH_TICKS polls, a system call every DCHAN_PEER_CHECK_MS. */
+#define DCHAN_WATCH_TICKS 32
+static inline void dchan_peers_poll(dchan_ctx_t *ctx)
+{
+    if (ctx->nwatch && ++ctx->watch_tick >= DCHAN_WATCH_TICKS)
+        dchan_peers_tick(ctx);
+}
+
 /* Provider-side progress of every provider of a context, without callbacks. */
 int dchan_core_poll_providers(dchan_ctx_t *ctx);
 /* Drive provider progress until h's put completed locally or timeout_ms
- * ran out (DCHAN_ERR_TIMEOUT; the put stays in flight: the caller decides
- * whether to abandon it). */
+ * ran out (DCHAN_ERR_TIMEOUT), or the receiver died (DCHAN_ERR_PEER); in
+ * both, the put stays in flight: the caller decides whether to abandon it. */
 int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms);
 
 uint64_t dchan_now_ns(void);

@@ -719,7 +719,9 @@ int dchan_handle_release(dchan_handle_t *h)
     } else {
         if (h->inflight) {
             rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS);
-            if (rc == DCHAN_ERR_TIMEOUT) {
+            if (h->inflight && ctx->ndead && ctx->dead[h->peer]) {
+                h->prov->ops->put_abandon(h); /* it will never complete */
+            } else if (rc == DCHAN_ERR_TIMEOUT) {
                 dchan_warn(ctx, h->prov->ops->name,
                            "put to rank %d still in flight after %lu ms: abandoned", h->peer,
                            ctx->params.DRAIN_TIMEOUT_MS);
