@@ -153,6 +153,13 @@ static int pmix_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *ar
     }
     rc = f->status;
     free(f);
+    if (rc == PMIX_ERR_PARTIAL_SUCCESS || rc == PMIX_ERR_PROC_ABORTED_BY_SIG ||
+        rc == PMIX_PROC_TERMINATED || rc == PMIX_ERR_PROC_TERM_WO_SYNC ||
+        rc == PMIX_ERR_UNREACH || rc == PMIX_ERR_LOST_CONNECTION) {
+        /* A participant died (the launcher lets the others run on). */
+        dchan_info(b->ctx, "pmix", "fence: %s: a rank is gone", PMIx_Error_string(rc));
+        return DCHAN_ERR_PEER;
+    }
     if (rc != PMIX_SUCCESS) {
         dchan_err(b->ctx, "pmix", "fence failed: %s", PMIx_Error_string(rc));
         return DCHAN_ERR_PROVIDER;

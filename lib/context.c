@@ -401,12 +401,20 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
 
 /* Provider progress while a barrier waits (no callbacks: they run at the
  * application's next dchan_progress). Non-zero stops the wait: a rank of
- * this host died, and the barrier would wait for it forever. */
+ * this host died while we waited, and the barrier has not completed in
+ * DCHAN_DRAIN_TIMEOUT_MS since. Not at once: a rank that passed the
+ * barrier may leave (finalize, exit) before this rank saw the barrier
+ * complete, and its exit is no failure. */
 static int poll_cb(void *arg)
 {
     dchan_ctx_t *ctx = arg;
     dchan_core_poll_providers(ctx);
-    return ctx->ndead;
+    if (!ctx->ndead)
+        return 0;
+    uint64_t now = dchan_now_ns();
+    if (!ctx->barrier_death_ns)
+        ctx->barrier_death_ns = now;
+    return now - ctx->barrier_death_ns > ctx->params.DRAIN_TIMEOUT_MS * 1000000ull;
 }
 
 /* A barrier over the bootstrap, unless a peer is known dead: then nothing
@@ -417,8 +425,8 @@ static int ctx_barrier(dchan_ctx_t *ctx)
         dchan_peers_check_now(ctx); /* a death not seen yet */
     if (ctx->ndead)
         return DCHAN_ERR_PEER;
-    int rc = dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
-    return ctx->ndead ? DCHAN_ERR_PEER : rc;
+    ctx->barrier_death_ns = 0;
+    return dchan_boot_barrier(&ctx->boot, poll_cb, ctx);
 }
 
 /* ---- init / finalize ------------------------------------------------------- */

@@ -149,6 +149,7 @@ struct dchan_ctx {
     uint64_t watch_period_ns, watch_next_ns;
     uint8_t *dead; /* per rank */
     int ndead;
+    uint64_t barrier_death_ns; /* when a barrier first saw a death, or 0 */
 
     bool locking; /* DCHAN_THREAD_MULTIPLE */
     pthread_mutex_t lock;
