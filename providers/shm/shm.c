@@ -25,6 +25,36 @@
  * checked against the data area, and the ring is addressed only through
  * the geometry validated at connect, so no wire can make a sender write
  * outside a peer's buffers or its ring.
+ *
+ * Every process of the host can write every segment, so nothing read from
+ * one is trusted twice: a faulty (or hostile) peer may make channels fail,
+ * never make this process crash or touch memory outside its buffers.
+ *   - The header is read once, field by field into locals, at attach: the
+ *     ring size is bounded (16 ... 2^24, a power of two) before the ring's
+ *     end is computed, and ring and data area must lie in the mapping.
+ *     Geometry, offsets and the own ring position live in private memory
+ *     afterwards and are never read back from any header.
+ *   - Ring records (seq, id, len) are loaded once each; a record is
+ *     consumed only when seq is the position's, so a garbage or
+ *     out-of-order seq just stops consumption there (a peer that never
+ *     completes its record stalls EVENT arrivals, as a dead one does). An
+ *     id is only a lookup key of the core, which accepts live EVENT
+ *     handles of this provider and nothing else; a record naming none is
+ *     dropped and logged. An inline length above SHM_INLINE_BYTES or other
+ *     than the handle's size is DCHAN_ERR_SIZE on that handle, and no byte
+ *     of it is read; a second record before the re-arm is
+ *     DCHAN_ERR_OVERRUN. Length 0 says the body is in the buffer, which a
+ *     peer can write anyway (a direct store into a mapped slot, DESIGN §7,
+ *     would leave a body of any size there): an arrival. At most one ring
+ *     of records is consumed per progress call, so a peer that keeps the
+ *     ring full cannot hold progress.
+ *   - Producers read the peer's ring tail and head, and index the ring
+ *     with the private mask: garbage there makes the ring look full (puts
+ *     end in DCHAN_ERR_AGAIN, then DCHAN_ERR_TIMEOUT), or overwrites the
+ *     peer's own ring, never anything else; a claim that keeps failing is
+ *     bounded too.
+ * The FLAG words and SENTINEL tails in a segment are only compared by the
+ * core, which turns any unexpected value into an arrival or an overrun.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -43,19 +73,20 @@
 #include <unistd.h>
 
 #include "provider.h"
+#include "shm_ring.h"
 #include "wire.h"
 
 extern const struct dchan_provider_ops dchan_shm_ops;
 
-#define SHM_MAGIC 0x4d485344u /* "DSHM" */
-#define SHM_VERSION 1u
-#define SHM_HDR_BYTES 4096u
 #define SHM_ALIGN 64u
 /* Largest single process_vm_writev: well under the kernel's MAX_RW_COUNT. */
 #define SHM_CMA_CHUNK ((size_t)1 << 30)
 /* Above this, a full fence before the signal also orders any non-temporal
  * stores a memcpy made (glibc fences them itself; others may not). */
 #define SHM_NT_FENCE_BYTES ((size_t)256 << 10)
+/* Failed claims of a ring position before the put answers DCHAN_ERR_AGAIN
+ * (the core then drives progress and retries, within the drain time). */
+#define SHM_CLAIM_TRIES 1024u
 
 /* Wire fields (DCHAN_WIRE_PROV_BYTES): where the sender writes. */
 enum { SHM_LOC_SEGMENT = 1, SHM_LOC_CMA = 2 };
@@ -63,37 +94,6 @@ enum { SHM_LOC_SEGMENT = 1, SHM_LOC_CMA = 2 };
 #define WF_SEQ_LOC 1  /* u8: 0 (not FLAG) or SHM_LOC_* */
 #define WF_BUF 8      /* u64: offset in the segment, or virtual address */
 #define WF_SEQ 16     /* u64: same, for the FLAG sequence word */
-
-/* One arrival record per cache line, so that the producer filling one
- * never takes the line the consumer is reading. Puts of up to
- * SHM_INLINE_BYTES ride in the record and the consumer copies them into
- * the buffer: the receiver then takes one line from the sender instead of
- * two (record, then buffer), and never writes a buffer it does not own. */
-#define SHM_INLINE_BYTES 48u
-struct shm_slot {
-    uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
-    uint32_t id;  /* receive handle id; 0: a claimed position with nothing */
-    uint32_t len; /* bytes inline in data, 0: the body is in the buffer */
-    unsigned char data[SHM_INLINE_BYTES];
-};
-_Static_assert(sizeof(struct shm_slot) == 64, "one record per cache line");
-
-/* At offset 0 of every segment; written by its owner before peers map it. */
-struct shm_hdr {
-    uint32_t magic, version;
-    uint64_t job_key;
-    int32_t rank, pid;
-    uint64_t size;
-    uint64_t ring_off, ring_slots;
-    uint64_t data_off;
-    /* Lines apart by 128 bytes: the adjacent-line prefetcher fetches pairs,
-     * and the tail (producers') and head (the owner's) must not travel
-     * together. */
-    _Alignas(128) uint64_t attached; /* peers that mapped it */
-    uint64_t cma_probe; /* written by peers with process_vm_writev at connect */
-    _Alignas(128) uint64_t ring_tail; /* next position producers claim */
-    _Alignas(128) uint64_t ring_head; /* next position the owner consumes */
-};
 
 /* What each rank publishes through the bootstrap. */
 struct shm_addr {
@@ -122,9 +122,9 @@ struct shm_state {
     int fd;
     char *base;
     size_t size;
+    uint64_t data_off; /* private copy: peers can write the header */
     struct shm_hdr *hdr;
-    struct shm_slot *ring;
-    uint64_t ring_mask, ring_head;
+    struct shm_ring rx; /* the own ring, consumed by progress */
     struct shm_addr addr;
     struct shm_peer *peers; /* nranks entries */
     struct shm_ext *ext;
@@ -205,7 +205,7 @@ static int shm_open_(struct dchan_prov *p)
         dchan_info(ctx, "shm", "DCHAN_SHM_CMA=0: not used");
         return DCHAN_ERR_UNSUPPORTED;
     }
-    if (slots < 16 || slots > (1u << 24) || (slots & (slots - 1))) {
+    if (slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1))) {
         dchan_err(ctx, "shm", "DCHAN_SHM_RING_SLOTS=%lu: a power of two from 16 to 16777216",
                   (unsigned long)slots);
         return DCHAN_ERR_INVALID_ARG;
@@ -246,11 +246,12 @@ static int shm_open_(struct dchan_prov *p)
         goto fail;
     }
     s->size = size;
+    s->data_off = data_off;
     s->hdr = (struct shm_hdr *)s->base;
-    s->ring = (struct shm_slot *)(s->base + ring_off);
-    s->ring_mask = slots - 1;
+    struct shm_slot *ring = (struct shm_slot *)(s->base + ring_off);
     for (uint64_t i = 0; i < slots; i++)
-        s->ring[i].seq = 0; /* position i is complete when seq == i + 1 */
+        ring[i].seq = 0; /* position i is complete when seq == i + 1 */
+    s->rx = (struct shm_ring){.slots = ring, .mask = slots - 1, .head_pub = &s->hdr->ring_head};
     s->hdr->version = SHM_VERSION;
     s->hdr->job_key = dchan_ctx_job_key(ctx);
     s->hdr->rank = dchan_ctx_rank(ctx);
@@ -266,8 +267,8 @@ static int shm_open_(struct dchan_prov *p)
     s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
                                 (int32_t)getpid(), s->fd};
     s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){.base = s->base, .size = size,
-                                                     .pid = getpid(), .ring = s->ring,
-                                                     .ring_mask = s->ring_mask,
+                                                     .pid = getpid(), .ring = ring,
+                                                     .ring_mask = slots - 1,
                                                      .data_off = data_off};
     p->state = s;
     p->addr = &s->addr;
@@ -325,19 +326,30 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
         dchan_info(ctx, "shm", "cannot map rank %d's segment: %s", r, strerror(errno));
         return DCHAN_ERR_UNSUPPORTED;
     }
-    const struct shm_hdr *h = (const struct shm_hdr *)base;
-    uint64_t slots = h->ring_slots;
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
-        h->job_key != a->job_key || h->rank != r || h->pid != a->pid || h->size != a->size ||
-        h->ring_off != SHM_HDR_BYTES || slots < 16 || (slots & (slots - 1)) ||
-        h->data_off < h->ring_off + slots * sizeof(struct shm_slot) ||
-        h->data_off >= h->size) {
+    /* Each field once, into a local: the owner or any other peer can write
+     * the header, so what was checked must be what is used. The ring size is
+     * bounded before it is multiplied, so that the ring provably lies
+     * inside the mapping. */
+    struct shm_hdr *h = (struct shm_hdr *)base;
+    uint32_t magic = __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE);
+    uint32_t version = __atomic_load_n(&h->version, __ATOMIC_RELAXED);
+    uint64_t key = __atomic_load_n(&h->job_key, __ATOMIC_RELAXED);
+    int32_t hrank = __atomic_load_n(&h->rank, __ATOMIC_RELAXED);
+    int32_t hpid = __atomic_load_n(&h->pid, __ATOMIC_RELAXED);
+    uint64_t hsize = __atomic_load_n(&h->size, __ATOMIC_RELAXED);
+    uint64_t ring_off = __atomic_load_n(&h->ring_off, __ATOMIC_RELAXED);
+    uint64_t slots = __atomic_load_n(&h->ring_slots, __ATOMIC_RELAXED);
+    uint64_t data_off = __atomic_load_n(&h->data_off, __ATOMIC_RELAXED);
+    if (magic != SHM_MAGIC || version != SHM_VERSION || key != a->job_key || hrank != r ||
+        hpid != a->pid || hsize != a->size || ring_off != SHM_HDR_BYTES ||
+        slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1)) ||
+        data_off < ring_off + slots * sizeof(struct shm_slot) || data_off >= a->size) {
         dchan_info(ctx, "shm", "rank %d's segment header does not match this job", r);
         rc = DCHAN_ERR_HANDLE;
         goto unmap;
     }
     /* Mapped: the owner may close its descriptor as far as we are concerned. */
-    __atomic_fetch_add(&((struct shm_hdr *)base)->attached, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&h->attached, 1, __ATOMIC_RELEASE);
     /* Cross Memory Attach must work too (buffers outside the segment). */
     uint64_t v = dchan_ctx_job_key(ctx);
     struct iovec l = {&v, sizeof v},
@@ -350,8 +362,8 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
         goto unmap;
     }
     s->peers[r] = (struct shm_peer){.base = base, .size = a->size, .pid = a->pid,
-                                    .ring = (struct shm_slot *)(base + h->ring_off),
-                                    .ring_mask = slots - 1, .data_off = h->data_off};
+                                    .ring = (struct shm_slot *)(base + ring_off),
+                                    .ring_mask = slots - 1, .data_off = data_off};
     return DCHAN_SUCCESS;
 unmap:
     munmap(base, a->size);
@@ -396,7 +408,7 @@ static int shm_connect(struct dchan_prov *p, const void *addrs, size_t len)
         snprintf(p->desc, sizeof p->desc,
                  "memfd segment %zu MiB, ring %lu records, %d peer%s on this host, Cross Memory "
                  "Attach",
-                 s->size >> 20, (unsigned long)(s->ring_mask + 1), nlocal, nlocal == 1 ? "" : "s");
+                 s->size >> 20, (unsigned long)(s->rx.mask + 1), nlocal, nlocal == 1 ? "" : "s");
     return rc;
 }
 
@@ -517,7 +529,7 @@ static void shm_mem_free(struct dchan_prov *p, void *ptr)
  * area, or (Cross Memory Attach) the virtual address. */
 static int locate(const struct shm_state *s, const void *ptr, size_t len, uint64_t *where)
 {
-    uintptr_t a = (uintptr_t)ptr, lo = (uintptr_t)s->base + s->hdr->data_off,
+    uintptr_t a = (uintptr_t)ptr, lo = (uintptr_t)s->base + s->data_off,
               hi = (uintptr_t)s->base + s->size;
     if (a >= lo && a < hi && len <= hi - a) {
         *where = a - (uintptr_t)s->base;
@@ -545,27 +557,73 @@ static void shm_recv_close(dchan_handle_t *h)
 {
 }
 
-/* Consume the own ring: one acquire load when it is empty. */
+/* The record at the head names no live EVENT handle of this provider: a
+ * late one for a handle destroyed with a put in flight, or a faulty peer.
+ * Counted, and logged at the 1st, 2nd, 4th, 8th ... so that a flood of
+ * them cannot flood stderr. Its fields are read again for the log line
+ * only: whatever they hold now is just printed. */
+static void __attribute__((noinline, cold)) ring_drop(struct dchan_prov *p, struct shm_ring *r)
+{
+    const struct shm_slot *sl = &r->slots[r->head & r->mask];
+    uint64_t n = ++r->dropped;
+    if ((n & (n - 1)) == 0)
+        dchan_warn(p->ctx, "shm", "ring record for handle id %#x (len %u) names no live EVENT "
+                   "handle: dropped (%llu so far)",
+                   __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
+                   __atomic_load_n(&sl->len, __ATOMIC_RELAXED), (unsigned long long)n);
+}
+
+/* Is the record at the head complete? Its seq is the position's. The
+ * acquire orders the loads of the record after it. */
+static inline bool ring_ready(const struct shm_ring *r)
+{
+    return __atomic_load_n(&r->slots[r->head & r->mask].seq, __ATOMIC_ACQUIRE) == r->head + 1;
+}
+
+/* Consume the own ring from a complete record at the head on. Any process
+ * of the host can write the ring, so each field of a record is loaded
+ * once, into a local, and only the local is checked and used (see the top
+ * of this file); position and geometry are the private ones. */
+static int ring_drain(struct dchan_prov *p, struct shm_ring *r)
+{
+    int n = 0;
+    do {
+        const struct shm_slot *sl = &r->slots[r->head & r->mask];
+        uint32_t id = __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
+                 len = __atomic_load_n(&sl->len, __ATOMIC_RELAXED);
+        /* len 0: the body is in the buffer already. 1 ... SHM_INLINE_BYTES:
+         * it rides in the record, and the core copies it only when that is
+         * the handle's size. Any other length is passed on as one no handle
+         * has (SIZE_MAX): the core raises DCHAN_ERR_SIZE on the handle
+         * named, and reads no data. id 0 is a claimed position whose put
+         * failed, always with len 0. */
+        if (id) {
+            if (__builtin_expect(!dchan_core_arrival_id(p, id, 0, -1, len ? sl->data : NULL,
+                                                        len <= SHM_INLINE_BYTES ? len : SIZE_MAX),
+                                 0))
+                ring_drop(p, r);
+        } else if (len) {
+            ring_drop(p, r);
+        }
+        /* Producers reuse the slot once they see the head past it. */
+        __atomic_store_n(r->head_pub, ++r->head, __ATOMIC_RELEASE);
+        /* One ring's worth at most: a producer that keeps the ring full
+         * cannot hold this call, and other providers and callbacks get
+         * their turn. */
+    } while ((uint64_t)++n <= r->mask && ring_ready(r));
+    return n;
+}
+
+int dchan_shm_ring_consume(struct dchan_prov *p, struct shm_ring *r)
+{
+    return ring_ready(r) ? ring_drain(p, r) : 0;
+}
+
+/* On every dchan_progress: an empty ring costs one acquire load. */
 static int shm_progress(struct dchan_prov *p)
 {
-    struct shm_state *s = st(p);
-    int n = 0;
-    for (;;) {
-        struct shm_slot *sl = &s->ring[s->ring_head & s->ring_mask];
-        if (__atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE) != s->ring_head + 1)
-            break;
-        uint32_t id = sl->id, len = sl->len;
-        /* id 0: a claimed position whose put failed. A length no record
-         * holds is passed on as one no handle has: DCHAN_ERR_SIZE. */
-        if (id)
-            dchan_core_arrival_id(p, id, 0, -1, len ? sl->data : NULL,
-                                  len <= SHM_INLINE_BYTES ? len : SIZE_MAX);
-        s->ring_head++;
-        /* Producers reuse the slot once they see the head past it. */
-        __atomic_store_n(&s->hdr->ring_head, s->ring_head, __ATOMIC_RELEASE);
-        n++;
-    }
-    return n;
+    struct shm_ring *r = &st(p)->rx;
+    return ring_ready(r) ? ring_drain(p, r) : 0;
 }
 
 /* ---- sender ------------------------------------------------------------------------------ */
@@ -675,12 +733,17 @@ static int write_body(const struct shm_sh *sh, const void *src, size_t len)
 /* Claim the next position of the receiver's ring; DCHAN_ERR_AGAIN when it
  * is full (the receiver has not polled for a whole ring of arrivals). The
  * claim comes before the body is written, so that its locked instruction
- * does not wait for the body's stores to leave the store buffer. */
+ * does not wait for the body's stores to leave the store buffer. Tail and
+ * head are the peer's to write: whatever they hold, the slot is addressed
+ * through the mask validated at attach, so garbage there can make the ring
+ * look full, never make this write outside it; and a tail that keeps
+ * moving under the claim ends in DCHAN_ERR_AGAIN, which the core bounds by
+ * the drain time, instead of spinning here. */
 static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos)
 {
     struct shm_hdr *hdr = (struct shm_hdr *)pr->base;
     uint64_t p = __atomic_load_n(&hdr->ring_tail, __ATOMIC_RELAXED);
-    for (;;) {
+    for (unsigned tries = 0;; tries++) {
         if (p - pr->head_seen > pr->ring_mask) {
             pr->head_seen = __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE);
             if (p - pr->head_seen > pr->ring_mask)
@@ -689,6 +752,8 @@ static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos
         if (__atomic_compare_exchange_n(&hdr->ring_tail, &p, p + 1, 1, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED))
             break;
+        if (tries == SHM_CLAIM_TRIES)
+            return DCHAN_ERR_AGAIN;
     }
     *slot = &pr->ring[p & pr->ring_mask];
     *pos = p;

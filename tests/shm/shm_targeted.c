@@ -12,6 +12,17 @@
  *                 shared segment (the wire names it as the place peers
  *                 store into), every misuse refused with its code and
  *                 nothing lost, exhaustion and reuse of the whole segment.
+ *   --test hostile  rank 1 plays a faulty peer: through its mapping of
+ *                 rank 0's segment it appends ring records with wrong
+ *                 lengths, a second arrival, stale and garbage ids, a flood
+ *                 of them, and scribbles over the header's geometry. Rank 0
+ *                 must not crash; each channel named gets its error
+ *                 (error_fn once, later calls return it, its buffer
+ *                 untouched), records naming none are dropped, and the good
+ *                 channels, and one created after the scribbling, keep
+ *                 delivering every byte. Then rank 1 scribbles over its own
+ *                 ring tail: rank 0's put to it times out, bounded, and
+ *                 works again once the tail is back.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -19,9 +30,11 @@
 #include <dirent.h>
 #include <getopt.h>
 #include <mpi.h>
+#include <sched.h>
 
 #define OOB 0x6f6f62736d68735full
 #include "mptest.h"
+#include "shm_ring.h"
 
 static long arrived;
 
@@ -259,6 +272,289 @@ static void test_alloc(void)
     CHECK(dchan_finalize(ctx));
 }
 
+/* ---- --test hostile ---------------------------------------------------------------- */
+
+/* Rank 0's channels from rank 1: the first few are victims of bad records,
+ * the last three stay good. */
+enum { V_INLINE, V_BIG, V_LEN49, V_OVERRUN, V_HUGELEN, G_SMALL, G_BIG, G_HEAP, NCH };
+static const size_t ch_size[NCH] = {32, 4096, 49, 64, 48, 8, 65536, 1000};
+static const int ch_heap[NCH] = {0, 0, 1, 0, 0, 0, 0, 1};
+static dchan_handle_t *ch[NCH + 1]; /* + the channel made after the scribbling */
+static long ch_arrivals[NCH + 1], ch_errors[NCH + 1];
+static int ch_rc[NCH + 1];
+
+static int channel_of(const dchan_handle_t *h)
+{
+    for (int c = 0; c <= NCH; c++)
+        if (ch[c] == h)
+            return c;
+    die("a callback for a handle that is not a channel of the test");
+}
+
+static void on_ch_arrival(dchan_handle_t *h, void *arg)
+{
+    ch_arrivals[channel_of(h)]++;
+}
+
+static void on_ch_error(dchan_handle_t *h, int rc, void *arg)
+{
+    int c = channel_of(h);
+    ch_errors[c]++;
+    ch_rc[c] = rc;
+}
+
+static uint32_t wire_id(const dchan_wire_t *w)
+{
+    return (uint32_t)w->bytes[24] | (uint32_t)w->bytes[25] << 8 |
+           (uint32_t)w->bytes[26] << 16 | (uint32_t)w->bytes[27] << 24;
+}
+
+/* This process's mapping of rank r's segment (named after the job key). */
+static struct shm_hdr *segment_of(const dchan_wire_t *w, int r)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512], want[64];
+    unsigned long lo = 0;
+    uint64_t key = 0;
+    for (int i = 0; i < 8; i++)
+        key |= (uint64_t)w->bytes[8 + i] << (8 * i);
+    if (!f)
+        die("cannot read /proc/self/maps");
+    snprintf(want, sizeof want, "memfd:dchan-%016llx-%d ", (unsigned long long)key, r);
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, want) && sscanf(line, "%lx-", &lo) == 1)
+            break;
+    fclose(f);
+    if (!lo)
+        die("rank %d's segment is not mapped here", r);
+    return (struct shm_hdr *)lo;
+}
+
+/* Rank 1: append one record to rank 0's ring as a producer would, with
+ * whatever id and length. The ring's size is read before the header is
+ * scribbled over. */
+static uint64_t peer_slots;
+
+static void bad_record(struct shm_hdr *hdr, uint32_t id, uint32_t len)
+{
+    struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
+    uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
+    while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
+        sched_yield(); /* full: rank 0 consumes while it waits for the good channels */
+    struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
+    sl->id = id;
+    sl->len = len;
+    memset(sl->data, 0xee, sizeof sl->data);
+    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+}
+
+/* Rank 0 waits for one more arrival on every good channel; rank 1 puts on
+ * them. Both verify and re-arm before the next round. */
+static void good_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sbuf,
+                       unsigned char **rbuf, int with_new, long iter)
+{
+    int first = G_SMALL, last = with_new ? NCH : G_HEAP;
+    if (me == 1) {
+        for (int c = first; c <= last; c++) {
+            fill(sbuf[c], c == NCH ? 256 : ch_size[c], 1, c, iter);
+            CHECK(dchan_put(sh[c]));
+        }
+    } else {
+        for (int c = first; c <= last; c++) {
+            unsigned long long t0 = now_ns();
+            while (ch_arrivals[c] < iter) {
+                if (now_ns() - t0 > 30000000000ull)
+                    die("channel %d: no arrival %ld", c, iter);
+                int rc = dchan_wait(ctx, 1000);
+                if (rc < 0 && rc != DCHAN_ERR_TIMEOUT)
+                    die("dchan_wait: %s", dchan_strerror(rc));
+            }
+            if (ch_errors[c] || ch_arrivals[c] != iter)
+                die("good channel %d: %ld arrivals, %ld errors (%s) at iteration %ld", c,
+                    ch_arrivals[c], ch_errors[c], dchan_strerror(ch_rc[c]), iter);
+            verify(rbuf[c], c == NCH ? 256 : ch_size[c], 1, c, iter);
+            CHECK(dchan_ready(ch[c]));
+        }
+    }
+    CHECK(dchan_barrier(ctx));
+}
+
+static void test_hostile(void)
+{
+    dchan_attr_t a;
+    dchan_ctx_t *ctx;
+    dchan_attr_init(&a);
+    a.error_fn = on_ch_error;
+    CHECK(dchan_init(&a, &ctx));
+    me = dchan_rank(ctx);
+    nranks = dchan_nranks(ctx);
+    if (nranks != 2)
+        die("--test hostile needs 2 ranks");
+    if (strcmp(dchan_provider_name(ctx), "shm") != 0)
+        die("provider %s, not shm", dchan_provider_name(ctx));
+
+    unsigned char *rbuf[NCH + 1] = {0}, *sbuf[NCH + 1] = {0};
+    dchan_handle_t *sh[NCH + 1] = {0};
+    dchan_wire_t w[NCH + 1];
+    uint32_t stale = 0;
+    if (me == 0) {
+        for (int c = 0; c < NCH; c++) {
+            if (ch_heap[c])
+                rbuf[c] = xalloc(ch_size[c]);
+            else
+                CHECK(dchan_alloc(ctx, ch_size[c], (void **)&rbuf[c]));
+            fill(rbuf[c], ch_size[c], 0, c, 0); /* what a victim must still hold */
+            CHECK(dchan_create_handle(ctx, 1, rbuf[c], ch_size[c], OOB, on_ch_arrival, NULL,
+                                      &ch[c]));
+            CHECK(dchan_handle_export(ch[c], &w[c]));
+        }
+        /* A channel destroyed at once: its id is stale. */
+        dchan_handle_t *x;
+        CHECK(dchan_create_handle(ctx, 1, rbuf[G_SMALL], 8, OOB, on_ch_arrival, NULL, &x));
+        CHECK(dchan_handle_export(x, &w[NCH]));
+        CHECK(dchan_handle_destroy(x));
+    }
+    MPI_Bcast(w, (int)sizeof w, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (w[0].bytes[7] != DCHAN_DETECT_EVENT)
+        die("the channels are not in EVENT mode (the ring serves EVENT only)");
+    if (me == 1) {
+        for (int c = G_SMALL; c < NCH; c++) {
+            sbuf[c] = xalloc(ch_size[c]);
+            CHECK(dchan_assoc_local(ctx, &w[c], sbuf[c], ch_size[c], &sh[c]));
+        }
+        stale = wire_id(&w[NCH]);
+    }
+    good_round(ctx, sh, sbuf, rbuf, 0, 1);
+
+    /* Bad records, then the good channels' puts behind them in the ring:
+     * when those arrived, every bad record was consumed. */
+    if (me == 1) {
+        struct shm_hdr *hdr = segment_of(&w[0], 0);
+        peer_slots = __atomic_load_n(&hdr->ring_slots, __ATOMIC_RELAXED);
+        bad_record(hdr, wire_id(&w[V_INLINE]), 16);     /* inline, not its size */
+        bad_record(hdr, wire_id(&w[V_BIG]), 1000);      /* more than a record holds */
+        bad_record(hdr, wire_id(&w[V_LEN49]), 49);      /* its size, but no record holds it */
+        bad_record(hdr, wire_id(&w[V_OVERRUN]), 0);     /* an arrival ... */
+        bad_record(hdr, wire_id(&w[V_OVERRUN]), 0);     /* ... and one before the re-arm */
+        bad_record(hdr, wire_id(&w[V_HUGELEN]), UINT32_MAX);
+        bad_record(hdr, stale, 8);                      /* a destroyed handle */
+        bad_record(hdr, 0xdeadbeefu, 8);                /* no handle at all */
+        bad_record(hdr, 0, 7);                          /* nothing, with a length */
+        bad_record(hdr, wire_id(&w[G_SMALL]) ^ 0x01000000u, 8); /* another generation */
+    }
+    good_round(ctx, sh, sbuf, rbuf, 0, 2);
+    if (me == 0) {
+        static const int want[] = {DCHAN_ERR_SIZE, DCHAN_ERR_SIZE, DCHAN_ERR_SIZE,
+                                   DCHAN_ERR_OVERRUN, DCHAN_ERR_SIZE};
+        for (int c = V_INLINE; c <= V_HUGELEN; c++) {
+            if (ch_errors[c] != 1 || ch_rc[c] != want[c])
+                die("channel %d: error_fn called %ld times with %s, expected once with %s", c,
+                    ch_errors[c], dchan_strerror(ch_rc[c]), dchan_strerror(want[c]));
+            if (ch_arrivals[c] > (c == V_OVERRUN))
+                die("channel %d: %ld arrivals from bad records", c, ch_arrivals[c]);
+            /* The error sticks to the channel; its data was never touched. */
+            EXPECT(dchan_ready(ch[c]), want[c]);
+            EXPECT(dchan_ready_pollq(ch[c]), want[c]);
+            verify(rbuf[c], ch_size[c], 0, c, 0);
+        }
+    }
+
+    /* Garbage over the header's geometry: neither side reads it back, and a
+     * channel made afterwards is still placed in the segment. */
+    if (me == 1) {
+        struct shm_hdr *hdr = segment_of(&w[0], 0);
+        hdr->data_off = hdr->size;
+        hdr->ring_off = 12345;
+        hdr->ring_slots = 3;
+        hdr->version = 99;
+    }
+    CHECK(dchan_barrier(ctx));
+    if (me == 0) {
+        CHECK(dchan_alloc(ctx, 256, (void **)&rbuf[NCH]));
+        CHECK(dchan_create_handle(ctx, 1, rbuf[NCH], 256, OOB, on_ch_arrival, NULL, &ch[NCH]));
+        CHECK(dchan_handle_export(ch[NCH], &w[NCH]));
+        if (w[NCH].bytes[48] != 1)
+            die("a dchan_alloc buffer is not placed in the segment after the scribbling");
+        ch_arrivals[NCH] = 2; /* counts along with the other good channels */
+    }
+    MPI_Bcast(&w[NCH], (int)sizeof w[NCH], MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (me == 1) {
+        sbuf[NCH] = xalloc(256);
+        CHECK(dchan_assoc_local(ctx, &w[NCH], sbuf[NCH], 256, &sh[NCH]));
+    }
+    for (long it = 3; it <= 20; it++)
+        good_round(ctx, sh, sbuf, rbuf, 1, it);
+
+    /* A flood of records naming nothing, several rings' worth: dropped (and
+     * logged at the 1st, 2nd, 4th ...), and consumption goes on. */
+    if (me == 1) {
+        struct shm_hdr *hdr = segment_of(&w[0], 0);
+        for (uint32_t i = 0; i < 8 * peer_slots; i++)
+            bad_record(hdr, 0xdead0000u + i, i % 64);
+    }
+    for (long it = 21; it <= 30; it++)
+        good_round(ctx, sh, sbuf, rbuf, 1, it);
+
+    /* The producer's side: rank 1 scribbles over its own ring tail, as a
+     * faulty receiver (or another producer) could. Rank 0's put to it then
+     * finds no room and ends in DCHAN_ERR_TIMEOUT after the drain time,
+     * having written nothing; with the tail back, the same channel works. */
+    static uint64_t back_buf, back_src;
+    dchan_handle_t *back_h = NULL;
+    dchan_wire_t back;
+    struct shm_hdr *own = NULL;
+    uint64_t tail = 0;
+    if (me == 1) {
+        CHECK(dchan_create_handle(ctx, 0, &back_buf, 8, OOB, on_arrival, NULL, &back_h));
+        CHECK(dchan_handle_export(back_h, &back));
+    }
+    MPI_Bcast(&back, (int)sizeof back, MPI_BYTE, 1, MPI_COMM_WORLD);
+    if (me == 0)
+        CHECK(dchan_assoc_local(ctx, &back, &back_src, 8, &back_h));
+    if (me == 1) {
+        own = segment_of(&back, 1);
+        tail = __atomic_load_n(&own->ring_tail, __ATOMIC_ACQUIRE);
+        __atomic_store_n(&own->ring_tail, tail + 1000000, __ATOMIC_RELEASE);
+    }
+    CHECK(dchan_barrier(ctx));
+    if (me == 0) {
+        unsigned long long t0 = now_ns();
+        fill((unsigned char *)&back_src, 8, 0, 99, 1);
+        EXPECT(dchan_put(back_h), DCHAN_ERR_TIMEOUT);
+        if (now_ns() - t0 > 30000000000ull)
+            die("a put into a ring with a garbage tail took %.1f s", (now_ns() - t0) / 1e9);
+    }
+    CHECK(dchan_barrier(ctx));
+    if (me == 1) {
+        if (arrived)
+            die("an arrival from a put that could not claim a record");
+        __atomic_store_n(&own->ring_tail, tail, __ATOMIC_RELEASE);
+    }
+    CHECK(dchan_barrier(ctx));
+    if (me == 0) {
+        CHECK(dchan_put(back_h));
+    } else {
+        while (!arrived)
+            wait_one(ctx);
+        verify((unsigned char *)&back_buf, 8, 0, 99, 1);
+    }
+    CHECK(dchan_barrier(ctx));
+    CHECK(dchan_handle_destroy(back_h));
+
+    CHECK(dchan_barrier(ctx));
+    for (int c = 0; c <= NCH; c++) {
+        if (sh[c])
+            CHECK(dchan_handle_destroy(sh[c]));
+        if (ch[c])
+            CHECK(dchan_handle_destroy(ch[c]));
+        if (me == 1)
+            free(sbuf[c]);
+        else if (c < NCH && ch_heap[c])
+            free(rbuf[c]);
+    }
+    CHECK(dchan_finalize(ctx));
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc == 3 && strcmp(argv[1], "--test") == 0 ? argv[2] : "";
@@ -266,12 +562,18 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     if (strcmp(test, "jobs") == 0) {
         test_jobs();
+    } else if (strcmp(test, "hostile") == 0) {
+        /* A small ring, so that the flood wraps it many times; a short
+         * drain time for the put that cannot claim a record. */
+        setenv("DCHAN_SHM_RING_SLOTS", "64", 1);
+        setenv("DCHAN_DRAIN_TIMEOUT_MS", "2000", 1);
+        test_hostile();
     } else if (strcmp(test, "alloc") == 0) {
         /* A small segment, so that exhausting it is quick. */
         setenv("DCHAN_SHM_SEGMENT_SIZE", "33554432", 1);
         test_alloc();
     } else {
-        fprintf(stderr, "usage: shm_targeted --test jobs|alloc\n");
+        fprintf(stderr, "usage: shm_targeted --test jobs|alloc|hostile\n");
         MPI_Finalize();
         return 2;
     }

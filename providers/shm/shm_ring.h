@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The shm segment as peers share it (header and EVENT ring records), and
+ * the ring's consumer. Internal to the shm provider; declared here so that
+ * the fuzz target can drive the consumer with arbitrary records, without
+ * processes, and the targeted tests can play a faulty peer.
+ */
+#ifndef DCHAN_SHM_RING_H
+#define DCHAN_SHM_RING_H
+
+#include <stdint.h>
+
+struct dchan_prov;
+
+#define SHM_MAGIC 0x4d485344u /* "DSHM" */
+#define SHM_VERSION 1u
+#define SHM_HDR_BYTES 4096u
+/* Ring sizes a segment may have (DCHAN_SHM_RING_SLOTS, a power of two). */
+#define SHM_RING_MIN 16u
+#define SHM_RING_MAX (1u << 24)
+
+/* One arrival record per cache line, so that the producer filling one
+ * never takes the line the consumer is reading. Puts of up to
+ * SHM_INLINE_BYTES ride in the record and the consumer copies them into
+ * the buffer: the receiver then takes one line from the sender instead of
+ * two (record, then buffer), and never writes a buffer it does not own. */
+#define SHM_INLINE_BYTES 48u
+struct shm_slot {
+    uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
+    uint32_t id;  /* receive handle id; 0: a claimed position with nothing */
+    uint32_t len; /* bytes inline in data, 0: the body is in the buffer */
+    unsigned char data[SHM_INLINE_BYTES];
+};
+_Static_assert(sizeof(struct shm_slot) == 64, "one record per cache line");
+
+/* At offset 0 of every segment; written by its owner before peers map it.
+ * Every peer of the host can write it too: nobody trusts what it reads
+ * here beyond what it validated (see shm.c). */
+struct shm_hdr {
+    uint32_t magic, version;
+    uint64_t job_key;
+    int32_t rank, pid;
+    uint64_t size;
+    uint64_t ring_off, ring_slots;
+    uint64_t data_off;
+    /* Lines apart by 128 bytes: the adjacent-line prefetcher fetches pairs,
+     * and the tail (producers') and head (the owner's) must not travel
+     * together. */
+    _Alignas(128) uint64_t attached; /* peers that mapped it */
+    uint64_t cma_probe; /* written by peers with process_vm_writev at connect */
+    _Alignas(128) uint64_t ring_tail; /* next position producers claim */
+    _Alignas(128) uint64_t ring_head; /* next position the owner consumes */
+};
+
+/* The consumer's side of a ring, in private memory: the position it
+ * consumes next and the geometry are its own, never read back from the
+ * segment. */
+struct shm_ring {
+    const struct shm_slot *slots;
+    uint64_t mask;       /* slots - 1 */
+    uint64_t head;       /* next position to consume */
+    uint64_t *head_pub;  /* where producers read head (the header's ring_head) */
+    uint64_t dropped;    /* records that named no live EVENT handle */
+};
+
+/* Consume the complete records at the head of r, at most one ring's worth,
+ * reporting each to p's context; returns the records consumed. */
+int dchan_shm_ring_consume(struct dchan_prov *p, struct shm_ring *r);
+
+#endif /* DCHAN_SHM_RING_H */
