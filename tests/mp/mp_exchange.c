@@ -631,14 +631,7 @@ int main(int argc, char **argv)
     if (no_cma)
         setenv("DCHAN_SHM_CMA", "0", 1);
 
-    dchan_ctx_t *ctx;
-    dchan_attr_t attr;
-    dchan_attr_init(&attr);
-    attr.error_fn = on_error;
-    CHECK(dchan_init(&attr, &ctx));
-    mpt_buf_init(ctx);
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
+    dchan_ctx_t *ctx = mpt_init(on_error);
 
     /* The detection mode in use, from a probe handle to self. */
     {

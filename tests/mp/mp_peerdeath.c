@@ -212,17 +212,10 @@ int main(int argc, char **argv)
         die("need iters >= 4, 2 <= die-at < iters - 2, size >= 8");
     size = (size + 7) & ~(size_t)7; /* SENTINEL */
 
-    dchan_ctx_t *ctx;
-    dchan_attr_t attr;
-    dchan_attr_init(&attr);
-    attr.error_fn = on_error;
-    CHECK(dchan_init(&attr, &ctx));
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
+    dchan_ctx_t *ctx = mpt_init(on_error);
     if (nranks < 3)
         die("needs 3 ranks or more, has %d", nranks);
     victim = nranks - 1;
-    mpt_buf_init(ctx);
     const char *d = getenv("DCHAN_DETECT");
     int detect = !d                           ? DCHAN_DETECT_AUTO
                  : strcmp(d, "sentinel") == 0 ? DCHAN_DETECT_SENTINEL

@@ -113,6 +113,23 @@ static inline void mpt_buf_init(dchan_ctx_t *ctx)
     mpt_buf_ctx = b && strcmp(b, "alloc") == 0 ? ctx : NULL;
 }
 
+/* The context of a test program: dchan_init with error_fn, this rank and
+ * the job's size in me and nranks, the buffer kind chosen (mpt_buf_init). */
+static inline dchan_ctx_t *mpt_init(dchan_error_fn on_error)
+{
+    dchan_ctx_t *ctx;
+    dchan_attr_t attr;
+    dchan_attr_init(&attr);
+    attr.error_fn = on_error;
+    int rc = dchan_init(&attr, &ctx);
+    if (rc != DCHAN_SUCCESS)
+        die("dchan_init: %s", dchan_strerror(rc));
+    me = dchan_rank(ctx);
+    nranks = dchan_nranks(ctx);
+    mpt_buf_init(ctx);
+    return ctx;
+}
+
 static inline unsigned char *buf_alloc(size_t n)
 {
     void *p = NULL;

@@ -643,13 +643,7 @@ int main(int argc, char **argv)
      * or shm would serve them all. */
     if (strcmp(test, "select") == 0)
         mpt_fake_hosts(1);
-    dchan_ctx_t *ctx;
-    dchan_attr_t attr;
-    dchan_attr_init(&attr);
-    attr.error_fn = on_error;
-    CHECK(dchan_init(&attr, &ctx));
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
+    dchan_ctx_t *ctx = mpt_init(on_error);
     if (!dchan_provider_name(ctx) || strcmp(dchan_provider_name(ctx), expect) != 0)
         die("provider is %s, not %s", dchan_provider_name(ctx), expect);
     if (strcmp(test, "select") == 0) { /* the choice above was the test */

@@ -334,14 +334,7 @@ int main(int argc, char **argv)
         usage();
 
     int fd_start = fd_count();
-    dchan_ctx_t *ctx;
-    dchan_attr_t attr;
-    dchan_attr_init(&attr);
-    attr.error_fn = on_error;
-    CHECK(dchan_init(&attr, &ctx));
-    mpt_buf_init(ctx);
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
+    dchan_ctx_t *ctx = mpt_init(on_error);
     /* Lockstep with one peer is what makes re-arming safe (see the top). */
     if (nranks > 2)
         die("soak runs on 1 or 2 ranks, not %d", nranks);

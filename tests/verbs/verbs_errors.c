@@ -495,13 +495,7 @@ int main(int argc, char **argv)
     if (getenv("MP_TIME_LIMIT"))
         limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
 
-    dchan_ctx_t *ctx;
-    dchan_attr_t attr;
-    dchan_attr_init(&attr);
-    attr.error_fn = on_error;
-    CHECK(dchan_init(&attr, &ctx));
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
+    dchan_ctx_t *ctx = mpt_init(on_error);
     if (strcmp(dchan_provider_name(ctx), "verbs") != 0)
         die("provider %s, expected verbs", dchan_provider_name(ctx));
     {
