@@ -164,6 +164,9 @@ DCHAN_API int dchan_put(dchan_handle_t *h);
 DCHAN_API int dchan_put_test(dchan_handle_t *h);
 /* Both: poll for arrivals and completions; >= 0 callbacks run, < 0 error. */
 DCHAN_API int dchan_progress(dchan_ctx_t *ctx);
+/* Both: dchan_progress running at most max (>= 1) callbacks and error
+ * reports; those left over run at the next call. */
+DCHAN_API int dchan_progress_n(dchan_ctx_t *ctx, int max);
 /* Both: progress until a callback ran or timeout_ms passed (-1: no limit);
  * >= 1 callbacks run, DCHAN_ERR_TIMEOUT, or another error. Yields the CPU
  * when polling finds nothing for a while. */
@@ -198,6 +201,21 @@ typedef struct dchan_stats {
     uint64_t reserved[9];
 } dchan_stats_t;
 DCHAN_API int dchan_get_stats(const dchan_ctx_t *ctx, dchan_stats_t *stats);
+
+/* Counters of one handle. The caller sets struct_size (to
+ * sizeof(dchan_handle_stats_t) of the header it was built with); the
+ * library fills the fields that fit in it. */
+typedef struct dchan_handle_stats {
+    size_t struct_size;
+    uint64_t puts;           /* sender: puts started */
+    uint64_t bytes;          /* sender: bytes of those puts */
+    uint64_t arrivals;       /* receiver: arrivals detected */
+    uint64_t overruns;       /* receiver: puts that landed before the re-arm */
+    uint64_t credit_stalls;  /* sender: puts refused for want of credit */
+    uint64_t credit_wait_ns; /* sender: time from the first refusal to the put that went */
+    uint64_t reserved[8];
+} dchan_handle_stats_t;
+DCHAN_API int dchan_handle_stats(const dchan_handle_t *h, dchan_handle_stats_t *stats);
 
 #ifdef __cplusplus
 }

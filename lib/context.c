@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -728,7 +729,9 @@ int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
     return h->error ? h->error : DCHAN_SUCCESS;
 }
 
-static int dispatch(dchan_ctx_t *ctx)
+/* Run at most max callbacks and error reports, in the order they became
+ * due; what is left stays queued, in order, for the next call. */
+static int dispatch(dchan_ctx_t *ctx, int max)
 {
     if (!ctx->fire_head && !ctx->errq_head)
         return 0; /* the common case of an idle poll */
@@ -736,7 +739,7 @@ static int dispatch(dchan_ctx_t *ctx)
     dchan_handle_t *h;
     int n = 0;
 
-    while ((h = ctx->fire_head)) {
+    while (n < max && (h = ctx->fire_head)) {
         dchan_fire_remove(ctx, h);
         h->in_pollq = false;
         h->rstate = DCHAN_RS_HELD;
@@ -752,7 +755,7 @@ static int dispatch(dchan_ctx_t *ctx)
         dchan_ctx_lock(ctx);
         tls_cb_ctx = outer;
     }
-    while ((h = ctx->errq_head)) {
+    while (n < max && (h = ctx->errq_head)) {
         ctx->errq_head = h->errq_next;
         if (!ctx->errq_head)
             ctx->errq_tail = NULL;
@@ -773,7 +776,7 @@ static int dispatch(dchan_ctx_t *ctx)
     return n;
 }
 
-DCHAN_API int dchan_progress(dchan_ctx_t *ctx)
+static int progress(dchan_ctx_t *ctx, int max)
 {
     if (!dchan_ctx_ok(ctx))
         return DCHAN_ERR_INVALID_ARG;
@@ -783,9 +786,21 @@ DCHAN_API int dchan_progress(dchan_ctx_t *ctx)
     ctx->stats.progress_calls++;
     int rc = dchan_core_poll_providers(ctx);
     dchan_scan_pollq(ctx);
-    int n = dispatch(ctx);
+    int n = dispatch(ctx, max);
     dchan_ctx_unlock(ctx);
     return rc < 0 ? rc : n;
+}
+
+DCHAN_API int dchan_progress(dchan_ctx_t *ctx)
+{
+    return progress(ctx, INT_MAX);
+}
+
+DCHAN_API int dchan_progress_n(dchan_ctx_t *ctx, int max)
+{
+    if (max < 1)
+        return DCHAN_ERR_INVALID_ARG;
+    return progress(ctx, max);
 }
 
 DCHAN_API int dchan_wait(dchan_ctx_t *ctx, int timeout_ms)

@@ -74,6 +74,8 @@ struct dchan_handle {
     dchan_handle_t *errq_next;
     dchan_handle_t *all_next, *all_prev; /* every live handle, for finalize */
     dchan_wire_t wire;                   /* receiver: what dchan_handle_export gives */
+    /* dchan_handle_stats (struct_size unused here) */
+    dchan_handle_stats_t hstats;
     _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
 };
 

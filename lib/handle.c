@@ -157,6 +157,7 @@ static void arrived(dchan_handle_t *h)
 {
     h->rstate = DCHAN_RS_ARRIVED;
     h->ctx->stats.arrivals++;
+    h->hstats.arrivals++;
     /* Off the polling queue (between mark and pollq) it waits for pollq. */
     if (h->in_pollq)
         fire_push(h->ctx, h);
@@ -273,6 +274,8 @@ void dchan_core_handle_error(dchan_handle_t *h, int rc)
         return;
     h->error = rc;
     ctx->stats.errors++;
+    if (rc == DCHAN_ERR_OVERRUN)
+        h->hstats.overruns++;
     if (h->pq_pos != PQ_NONE)
         dchan_pq_remove(ctx, h);
     if (h->on_fire)
@@ -665,6 +668,8 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     h->seq = d.seq;
     ctx->stats.puts++;
+    h->hstats.puts++;
+    h->hstats.bytes += h->size;
 out:
     dchan_ctx_unlock(ctx);
     return rc;
@@ -775,6 +780,26 @@ DCHAN_API int dchan_handle_detect(const dchan_handle_t *h)
 {
     int rc = h_check(h);
     return rc == DCHAN_SUCCESS ? h->detect : rc;
+}
+
+DCHAN_API int dchan_handle_stats(const dchan_handle_t *h, dchan_handle_stats_t *stats)
+{
+    int rc = h_check(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    /* A struct_size from an older header is fine (fewer fields); one that
+     * cannot even hold the first counter, or a larger one than we know,
+     * is a structure the caller did not set up. */
+    if (!stats || stats->struct_size < offsetof(dchan_handle_stats_t, bytes) ||
+        stats->struct_size > sizeof *stats)
+        return DCHAN_ERR_INVALID_ARG;
+    dchan_ctx_t *ctx = h->ctx;
+    dchan_ctx_lock(ctx);
+    dchan_handle_stats_t s = h->hstats;
+    dchan_ctx_unlock(ctx);
+    s.struct_size = stats->struct_size;
+    memcpy(stats, &s, stats->struct_size);
+    return DCHAN_SUCCESS;
 }
 
 struct dchan_prov *dchan_h_prov(const dchan_handle_t *h)

@@ -330,9 +330,10 @@ function arg_type(base, ptr, isconst) {
         # Buffers, callback arguments and the opaque objects.
         if (base == "void" || (base in opaque))
             return "type(c_ptr), value"
-        # Structures by reference: read (const) or filled in by the call.
+        # Structures by reference: read (const) or filled in by the call
+        # (after it read struct_size, where there is one).
         if (base in struct)
-            return "type(" base "), " (isconst ? "intent(in)" : "intent(out)")
+            return "type(" base "), " (isconst ? "intent(in)" : (base in sized) ? "intent(inout)" : "intent(out)")
     } else if (ptr == 2 && (base == "void" || (base in opaque)) && !isconst) {
         # The call creates the object (or memory) and stores its pointer.
         return "type(c_ptr), intent(out)"
@@ -473,6 +474,10 @@ function parse_decl(d,   t, n, k, name, body, m, ret, params, rest, i, j, v) {
             smem_src[name, ++m] = t[k]
         }
         snmem[name] = m
+        # A structure that starts with struct_size tells the call how much
+        # of it the caller has: the call reads it, so it is never intent(out).
+        if (m && trim(t[1]) ~ /^size_t +struct_size$/)
+            sized[name] = 1
         return
     }
     if (d ~ /^typedef .*\( *\* *[A-Za-z_0-9]+ *\) *\(.*\)$/) {
