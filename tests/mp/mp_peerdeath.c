@@ -16,6 +16,12 @@
  *     iteration;
  *   - dchan_barrier and dchan_finalize returning (DCHAN_ERR_PEER: nothing
  *     collective can include the dead rank).
+ * With --quiesce the victim first takes in what the others sent it in that
+ * iteration and waits until its own puts completed, then dies: libfabric's
+ * shm provider (1.17) processes its completions in order, so a write that
+ * a dead rank never answered would hold every later completion of the
+ * survivor's endpoint (see dchan(7), "When a rank dies"); the ofi-shm runs
+ * use it, everything else dies with writes to it unanswered.
  * With --in-barrier the victim dies instead of entering a dchan_barrier
  * that the others are in (after iteration --die-at): theirs returns
  * DCHAN_ERR_PEER, at once or DCHAN_DRAIN_TIMEOUT_MS (--drain-ms) after the
@@ -130,16 +136,16 @@ static void put_all(long i, int upto, int dead_known)
     }
 }
 
-/* Wait for iteration i from every rank: an arrival, or (from the victim
- * only) an error. Verify and re-arm what arrived. */
-static void collect(dchan_ctx_t *ctx, long i, int dead_known)
+/* Wait for iteration i from every rank but skip: an arrival, or (from
+ * the victim only) an error. Verify and re-arm what arrived. */
+static void collect(dchan_ctx_t *ctx, long i, int dead_known, int skip)
 {
     int s = (int)(i % 2);
     long want = i / 2 + 1;
     unsigned long long t0 = now_ns();
     for (int q = 0; q < nranks; q++) {
         struct end *r = &ch[q][s].r;
-        if (!alive(q, dead_known))
+        if (!alive(q, dead_known) || q == skip)
             continue;
         while (r->arrivals < want && !r->err) {
             int rc = dchan_wait(ctx, 1000);
@@ -171,11 +177,12 @@ static int victim_errors_complete(void)
 int main(int argc, char **argv)
 {
     long iters = 40, die_at = -1;
-    int opt, in_barrier = 0;
+    int opt, in_barrier = 0, quiesce = 0;
     static const struct option opts[] = {{"size", required_argument, 0, 's'},
                                          {"iters", required_argument, 0, 'i'},
                                          {"die-at", required_argument, 0, 'd'},
                                          {"in-barrier", no_argument, 0, 'b'},
+                                         {"quiesce", no_argument, 0, 'q'},
                                          {"drain-ms", required_argument, 0, 'm'},
                                          {0, 0, 0, 0}};
     mpt_prog = "mp_peerdeath";
@@ -197,12 +204,15 @@ int main(int argc, char **argv)
         case 'b':
             in_barrier = 1;
             break;
+        case 'q':
+            quiesce = 1;
+            break;
         case 'm':
             setenv("DCHAN_DRAIN_TIMEOUT_MS", optarg, 1);
             break;
         default:
             fprintf(stderr, "usage: mp_peerdeath [--size N] [--iters N] [--die-at I] "
-                            "[--in-barrier] [--drain-ms MS]\n");
+                            "[--in-barrier] [--quiesce] [--drain-ms MS]\n");
             return 2;
         }
     }
@@ -235,13 +245,19 @@ int main(int argc, char **argv)
         if (me == victim && i == die_at && !in_barrier) {
             /* In the middle of the exchange: half the puts, then gone. */
             put_all(i, nranks / 2, 0);
+            if (quiesce) {
+                collect(ctx, i, 0, me); /* it made no put to itself */
+                for (int q = 0; q < nranks / 2; q++)
+                    while (dchan_put_test(ch[q][i % 2].s.h) == 0)
+                        ;
+            }
             fflush(NULL);
             raise(SIGKILL);
         }
         if (i == die_at)
             t_death = now_ns(); /* near enough: the victim is about to die */
         put_all(i, nranks, dead_known);
-        collect(ctx, i, dead_known);
+        collect(ctx, i, dead_known, -1);
         if (i == die_at && in_barrier) {
             if (me == victim) {
                 fflush(NULL);
