@@ -147,6 +147,39 @@ typedef struct dchan_wire {
 DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, size_t size,
                                   uint64_t oob, dchan_arrival_fn fn, void *arg,
                                   dchan_handle_t **h);
+/*
+ * Handle attributes (dchan_create_handle_attr). Always start from
+ * dchan_handle_attr_init(), which gives dchan_create_handle's behaviour
+ * and records the size of the structure the caller was compiled with.
+ */
+typedef struct dchan_handle_attr {
+    size_t struct_size; /* set by dchan_handle_attr_init */
+    int credit;         /* 0: the application keeps puts and re-arms in step
+                         * (CkDirect's contract); 1: each re-arm returns a
+                         * credit to the sender, whose put needs one */
+    int depth;          /* slots, 1 ... DCHAN_MAX_DEPTH (> 1 implies credit) */
+    int reserved_int[2];
+    void *reserved[4];  /* zero */
+} dchan_handle_attr_t;
+#define DCHAN_MAX_DEPTH 64
+
+/* Defaults: no credit, depth 1. */
+DCHAN_API void dchan_handle_attr_init(dchan_handle_attr_t *hattr);
+/* Receiver: as dchan_create_handle, with attributes. buf holds depth slots
+ * of size bytes each (depth * size bytes). */
+DCHAN_API int dchan_create_handle_attr(dchan_ctx_t *ctx, int sender_rank, void *buf, size_t size,
+                                       uint64_t oob, dchan_arrival_fn fn, void *arg,
+                                       const dchan_handle_attr_t *hattr, dchan_handle_t **h);
+/* Sender, credited channel: puts allowed now (>= 0), or a negative DCHAN_ERR_*. */
+DCHAN_API int dchan_credits(const dchan_handle_t *h);
+/* Receiver: address of the oldest delivered slot not yet released (the one
+ * the next dchan_ready releases); DCHAN_ERR_STATE when there is none. */
+DCHAN_API int dchan_slot(dchan_handle_t *h, void **ptr);
+/* Sender, credited channel: where to write the next message (the
+ * receiver's slot itself where it is mapped here, else the send buffer);
+ * the next dchan_put delivers it. DCHAN_ERR_AGAIN without credit. */
+DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr);
+
 /* Receiver: write the wire form the sender passes to dchan_assoc_local. */
 DCHAN_API int dchan_handle_export(const dchan_handle_t *h, dchan_wire_t *wire);
 /* Receiver: re-arm and requeue (dchan_ready_mark + dchan_ready_pollq). */
@@ -213,7 +246,9 @@ typedef struct dchan_handle_stats {
     uint64_t overruns;       /* receiver: puts that landed before the re-arm */
     uint64_t credit_stalls;  /* sender: puts refused for want of credit */
     uint64_t credit_wait_ns; /* sender: time from the first refusal to the put that went */
-    uint64_t reserved[8];
+    uint64_t copied;         /* sender: bytes the library moved from the send buffer (a
+                              * message written in place through dchan_put_ptr moves none) */
+    uint64_t reserved[7];
 } dchan_handle_stats_t;
 DCHAN_API int dchan_handle_stats(const dchan_handle_t *h, dchan_handle_stats_t *stats);
 

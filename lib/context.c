@@ -441,6 +441,7 @@ static void ctx_free(dchan_ctx_t *ctx)
     dchan_quarantine_flush(ctx, 0);
     dchan_seqpool_fini(&ctx->recv_seq);
     dchan_seqpool_fini(&ctx->send_seq);
+    dchan_credit_ids_fini(ctx);
     dchan_core_mem_fini(ctx);
     for (int i = ctx->nprovs - 1; i >= 0; i--)
         prov_free(ctx->provs[i]);
@@ -499,12 +500,13 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
         attr.thread_level < DCHAN_THREAD_SINGLE || attr.thread_level > DCHAN_THREAD_MULTIPLE ||
         attr.bootstrap < DCHAN_BOOT_AUTO || attr.bootstrap > DCHAN_BOOT_SINGLETON ||
         attr.log_level < DCHAN_LOG_NONE || attr.log_level > DCHAN_LOG_DEBUG ||
-        ctx->params.MAX_HANDLES == 0 || ctx->params.MAX_HANDLES > DCHAN_ID_INDEX_MASK) {
+        ctx->params.MAX_HANDLES == 0 || ctx->params.MAX_HANDLES > DCHAN_ID_INDEX_MASK ||
+        ctx->params.CREDIT_WORDS == 0 || ctx->params.CREDIT_WORDS > 65536) {
         dchan_err(ctx, NULL,
                   "invalid attribute: detect %d, thread_level %d, bootstrap %d, log_level %d, "
-                  "DCHAN_MAX_HANDLES %lu",
+                  "DCHAN_MAX_HANDLES %lu, DCHAN_CREDIT_WORDS %lu",
                   attr.detect, attr.thread_level, attr.bootstrap, attr.log_level,
-                  ctx->params.MAX_HANDLES);
+                  ctx->params.MAX_HANDLES, ctx->params.CREDIT_WORDS);
         free(ctx);
         return DCHAN_ERR_INVALID_ARG;
     }
@@ -702,6 +704,8 @@ int dchan_core_poll_providers(dchan_ctx_t *ctx)
         if (r < 0 && rc == 0)
             rc = r;
     }
+    if (ctx->credq_head)
+        dchan_credq_run(ctx);
     return rc;
 }
 
@@ -741,8 +745,11 @@ static int dispatch(dchan_ctx_t *ctx, int max)
 
     while (n < max && (h = ctx->fire_head)) {
         dchan_fire_remove(ctx, h);
-        h->in_pollq = false;
-        h->rstate = DCHAN_RS_HELD;
+        h->n_fired++;
+        if (h->depth == 1)
+            h->in_pollq = false;
+        else if (DCHAN_R_DUE(h))
+            dchan_fire_push(ctx, h); /* one callback per slot, in turn with the others */
         ctx->stats.callbacks++;
         n++;
         /* The handle is off every queue: the callback may ready, put or

@@ -33,18 +33,21 @@ struct pollfd;
 
 enum dchan_role { DCHAN_ROLE_RECV = 1, DCHAN_ROLE_SEND = 2 };
 
-/* Receiver states (DESIGN §3). */
-enum dchan_rstate {
-    DCHAN_RS_ARMED = 1, /* detection armed: the sender may write */
-    DCHAN_RS_ARRIVED,   /* arrival seen, callback not run yet */
-    DCHAN_RS_HELD       /* callback ran: the application holds the data */
-};
+/* Receiver states (DESIGN §3) are counts of slots, modulo 2^32:
+ *   n_rel <= n_fired <= n_arr <= n_rel + depth
+ * slots [n_rel, n_fired) are held by the application (callback ran, not
+ * released), [n_fired, n_arr) arrived with the callback due, and
+ * [n_arr, n_rel + depth) are armed: the sender may write them. With depth
+ * 1 these are the three states of a CkDirect channel. */
+#define DCHAN_R_HELD(h) ((uint32_t)((h)->n_fired - (h)->n_rel))
+#define DCHAN_R_DUE(h) ((uint32_t)((h)->n_arr - (h)->n_fired))
+#define DCHAN_R_ARMED(h) ((uint32_t)((h)->n_rel + (h)->depth - (h)->n_arr))
 
 struct dchan_handle {
     uint32_t magic;
     uint8_t role;   /* enum dchan_role */
-    uint8_t rstate; /* receiver: enum dchan_rstate */
     uint8_t detect; /* resolved DCHAN_DETECT_* */
+    bool credit;    /* credited channel (DESIGN §7) */
     bool in_pollq;  /* receiver: on the polling queue (ReadyPollQ) */
     bool on_fire;   /* receiver: on the fire list */
     bool inflight;  /* sender: a put has not completed locally */
@@ -74,6 +77,19 @@ struct dchan_handle {
     dchan_handle_t *errq_next;
     dchan_handle_t *all_next, *all_prev; /* every live handle, for finalize */
     dchan_wire_t wire;                   /* receiver: what dchan_handle_export gives */
+    /* depth and credit (DESIGN §7) */
+    uint32_t depth;                /* slots of size bytes in buf */
+    uint32_t n_arr, n_fired, n_rel; /* receiver: see DCHAN_R_* */
+    uint32_t n_put;                /* sender: puts made; the next goes to n_put % depth */
+    uint32_t granted;              /* sender: releases the receiver reported */
+    uint32_t ctag;                 /* both: high half of every credit word of the channel */
+    uint16_t cidx;                 /* both: index of the credit word */
+    bool cbusy, cdirty, on_credq;  /* receiver: a credit write in flight / owed / queued */
+    const volatile uint64_t *cword; /* sender: the word the receiver writes */
+    uint64_t csrc;                 /* receiver: what the credit write in flight carries */
+    dchan_handle_t *credq_next;    /* receiver: on ctx->credq, owed a retry */
+    uint64_t stall_ns;             /* sender: when puts began to be refused, 0: they are not */
+    uint32_t in_place;             /* sender: n_put + 1 when dchan_put_ptr gave the mapped slot */
     /* dchan_handle_stats (struct_size unused here) */
     dchan_handle_stats_t hstats;
     _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
@@ -139,6 +155,11 @@ struct dchan_ctx {
     uint64_t nlive;
 
     struct dchan_seqpool recv_seq, send_seq;
+
+    /* Credit words (DESIGN §7): per sender rank, the indices of its credit
+     * area this rank's receive handles use (allocated on first need). */
+    struct dchan_credit_ids **cids;
+    dchan_handle_t *credq_head; /* receive handles whose credit write must be retried */
 
     dchan_handle_t *qt_head, *qt_tail; /* quarantine of destroyed handles */
     uint64_t qt_len;
@@ -211,5 +232,10 @@ void dchan_core_mem_init(dchan_ctx_t *ctx);
 int dchan_core_mem_alloc(dchan_ctx_t *ctx, size_t size, size_t align, bool internal, void **ptr);
 int dchan_core_mem_free(dchan_ctx_t *ctx, void *ptr, bool internal);
 void dchan_core_mem_fini(dchan_ctx_t *ctx);
+/* Does [ptr, ptr + len) start inside a dchan_alloc block and run past its end? */
+bool dchan_core_mem_overflows(const dchan_ctx_t *ctx, const void *ptr, size_t len);
+/* Credit (lib/handle.c): retry owed credit writes; free the index tables. */
+void dchan_credq_run(dchan_ctx_t *ctx);
+void dchan_credit_ids_fini(dchan_ctx_t *ctx);
 
 #endif /* DCHAN_CORE_H */

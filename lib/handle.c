@@ -124,16 +124,20 @@ static void pq_add(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->pq_pos = ctx->pq_len++;
 }
 
-static void fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
+/* Back on the scan queue when a slot is armed and the handle is queued:
+ * the probe is the tail of the next slot to fill (SENTINEL) or the
+ * sequence word at its last value (FLAG). */
+static void pq_rearm(dchan_ctx_t *ctx, dchan_handle_t *h)
 {
-    h->fire_next = NULL;
-    h->fire_prev = ctx->fire_tail;
-    if (ctx->fire_tail)
-        ctx->fire_tail->fire_next = h;
+    if (!scanned(h->detect) || h->pq_pos != PQ_NONE || !h->in_pollq || h->error ||
+        DCHAN_R_ARMED(h) == 0)
+        return;
+    if (h->detect == DCHAN_DETECT_SENTINEL)
+        h->probe = (const uint64_t *)((char *)h->buf + (size_t)(h->n_arr % h->depth) * h->size +
+                                      h->size - 8);
     else
-        ctx->fire_head = h;
-    ctx->fire_tail = h;
-    h->on_fire = true;
+        h->idle = h->seq;
+    pq_add(ctx, h);
 }
 
 static void errq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
@@ -153,14 +157,14 @@ static void errq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
 
 /* ---- arrivals and errors --------------------------------------------------------- */
 
-static void arrived(dchan_handle_t *h)
+static void arrived(dchan_handle_t *h, uint32_t n)
 {
-    h->rstate = DCHAN_RS_ARRIVED;
-    h->ctx->stats.arrivals++;
-    h->hstats.arrivals++;
+    h->n_arr += n;
+    h->ctx->stats.arrivals += n;
+    h->hstats.arrivals += n;
     /* Off the polling queue (between mark and pollq) it waits for pollq. */
-    if (h->in_pollq)
-        fire_push(h->ctx, h);
+    if (h->in_pollq && !h->on_fire)
+        dchan_fire_push(h->ctx, h);
 }
 
 /* The sequence word that follows last: the next count of the same epoch,
@@ -173,7 +177,17 @@ static uint64_t seq_next(uint64_t last)
 /* The scan saw *probe change to v on a queued SENTINEL or FLAG handle. */
 static void recv_detected(dchan_handle_t *h, uint64_t v)
 {
-    if (h->detect == DCHAN_DETECT_FLAG) {
+    uint32_t n = 1;
+    if (h->detect == DCHAN_DETECT_FLAG && h->credit) {
+        /* A credited sender counts every put it made (in the low half):
+         * all up to that count have landed, in order. */
+        n = (uint32_t)v - h->n_arr;
+        if (n == 0 || n > DCHAN_R_ARMED(h)) {
+            dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
+            return;
+        }
+        h->seq = v;
+    } else if (h->detect == DCHAN_DETECT_FLAG) {
         bool same_epoch = (v >> 32) == (h->seq >> 32);
         if (same_epoch ? v != seq_next(h->seq) : (uint32_t)v != 1) {
             /* The count moved by more than one: a put before the re-arm. */
@@ -182,7 +196,8 @@ static void recv_detected(dchan_handle_t *h, uint64_t v)
         }
         h->seq = v;
     }
-    arrived(h);
+    arrived(h, n);
+    pq_rearm(h->ctx, h); /* a later slot is armed: keep watching */
 }
 
 /* One dense array of (word, idle value) pairs. */
@@ -202,11 +217,13 @@ void dchan_scan_pollq(dchan_ctx_t *ctx)
     }
 }
 
-int dchan_core_recv_writable(dchan_handle_t *r)
+int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot)
 {
     if (r->error)
         return r->error;
-    if (r->rstate != DCHAN_RS_ARMED) {
+    /* Slots [n_rel, n_arr) hold data the application has not released. */
+    uint32_t pos = (slot + r->depth - r->n_rel % r->depth) % r->depth;
+    if (pos < (uint32_t)(r->n_arr - r->n_rel)) {
         dchan_core_handle_error(r, DCHAN_ERR_OVERRUN);
         return DCHAN_ERR_OVERRUN;
     }
@@ -217,12 +234,12 @@ void dchan_core_arrival(dchan_handle_t *h)
 {
     if (h->magic != DCHAN_H_MAGIC || h->role != DCHAN_ROLE_RECV || h->error)
         return;
-    if (h->rstate != DCHAN_RS_ARMED) {
-        /* A second arrival before ready_mark: the sender broke the contract. */
+    if (DCHAN_R_ARMED(h) == 0) {
+        /* An arrival with no slot armed: the sender broke the contract. */
         dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
         return;
     }
-    arrived(h);
+    arrived(h, 1);
 }
 
 /* Whole words, then bytes: notices carry a few dozen bytes at most, where
@@ -252,9 +269,10 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
         }
         /* Not armed: the overrun is raised and the data the application
          * holds stays intact. */
-        if (dchan_core_recv_writable(h) != DCHAN_SUCCESS)
+        uint32_t slot = h->n_arr % h->depth;
+        if (dchan_core_recv_writable(h, slot) != DCHAN_SUCCESS)
             return true;
-        copy_small(h->buf, data, len);
+        copy_small((unsigned char *)h->buf + (size_t)slot * h->size, data, len);
     }
     dchan_core_arrival(h);
     return true;
@@ -311,6 +329,7 @@ static dchan_handle_t *h_new(dchan_ctx_t *ctx, struct dchan_prov *p, int role)
     h->ctx = ctx;
     h->prov = p;
     h->pq_pos = PQ_NONE;
+    h->depth = 1;
     return h;
 }
 
@@ -335,20 +354,179 @@ static void all_unlink(dchan_ctx_t *ctx, dchan_handle_t *h)
     ctx->nlive--;
 }
 
+/* ---- credit word indices ------------------------------------------------------- */
+
+/* Per sender rank: which words of its credit area this rank's receive
+ * handles use, and the tag each word's next user writes (never 0, a new
+ * one at each reuse, so a sender never takes an old channel's count). */
+struct dchan_credit_ids {
+    uint32_t nfree;
+    uint16_t *free;
+    uint32_t *tag;
+};
+
+static int cid_alloc(dchan_ctx_t *ctx, int peer, uint16_t *idx, uint32_t *tag)
+{
+    uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
+    if (!ctx->cids && !(ctx->cids = calloc((size_t)ctx->nranks, sizeof *ctx->cids)))
+        return DCHAN_ERR_NO_MEMORY;
+    struct dchan_credit_ids *c = ctx->cids[peer];
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c || !(c->free = malloc(n * sizeof *c->free)) ||
+            !(c->tag = malloc(n * sizeof *c->tag))) {
+            if (c)
+                free(c->free);
+            free(c);
+            return DCHAN_ERR_NO_MEMORY;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            c->free[i] = (uint16_t)(n - 1 - i);
+            c->tag[i] = 1;
+        }
+        c->nfree = n;
+        ctx->cids[peer] = c;
+    }
+    if (c->nfree == 0)
+        return DCHAN_ERR_NO_MEMORY; /* DCHAN_CREDIT_WORDS channels from peer already */
+    *idx = c->free[--c->nfree];
+    *tag = c->tag[*idx];
+    return DCHAN_SUCCESS;
+}
+
+static void cid_free(dchan_ctx_t *ctx, int peer, uint16_t idx)
+{
+    struct dchan_credit_ids *c = ctx->cids[peer];
+    if (++c->tag[idx] == 0)
+        c->tag[idx] = 1;
+    c->free[c->nfree++] = idx;
+}
+
+void dchan_credit_ids_fini(dchan_ctx_t *ctx)
+{
+    if (!ctx->cids)
+        return;
+    for (int i = 0; i < ctx->nranks; i++)
+        if (ctx->cids[i]) {
+            free(ctx->cids[i]->free);
+            free(ctx->cids[i]->tag);
+            free(ctx->cids[i]);
+        }
+    free(ctx->cids);
+    ctx->cids = NULL;
+}
+
+/* ---- credit return (receiver) ---------------------------------------------------- */
+
+static void credq_add(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (h->on_credq)
+        return;
+    h->on_credq = true;
+    h->credq_next = ctx->credq_head;
+    ctx->credq_head = h;
+}
+
+static void credq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    for (dchan_handle_t **pp = &ctx->credq_head; *pp; pp = &(*pp)->credq_next)
+        if (*pp == h) {
+            *pp = h->credq_next;
+            break;
+        }
+    h->on_credq = false;
+}
+
+/* Tell the sender how many slots were released so far. The count is
+ * cumulative, so a write that is late, or one skipped while another is in
+ * flight, only delays credit: it never grants a slot that is not free. */
+static void credit_push(dchan_handle_t *h)
+{
+    if (h->cbusy) {
+        h->cdirty = true; /* written when the one in flight completes */
+        return;
+    }
+    h->csrc = ((uint64_t)h->ctag << 32) | h->n_rel;
+    int rc = h->prov->ops->credit_write(h, h->cidx, &h->csrc);
+    h->cdirty = rc == DCHAN_ERR_AGAIN;
+    if (rc == DCHAN_SUCCESS)
+        h->cbusy = true;
+    else if (rc == DCHAN_ERR_AGAIN)
+        credq_add(h->ctx, h);
+    else if (rc != DCHAN_PROV_PUT_DONE)
+        dchan_core_handle_error(h, rc);
+}
+
+void dchan_core_credit_done(dchan_handle_t *h, int rc)
+{
+    h->cbusy = false;
+    if (rc != DCHAN_SUCCESS)
+        dchan_core_handle_error(h, rc);
+    else if (h->cdirty)
+        credq_add(h->ctx, h); /* not from inside the provider's progress */
+}
+
+void dchan_credq_run(dchan_ctx_t *ctx)
+{
+    dchan_handle_t *list = ctx->credq_head;
+    ctx->credq_head = NULL;
+    while (list) {
+        dchan_handle_t *h = list;
+        list = h->credq_next;
+        h->on_credq = false;
+        if (!h->error && h->cdirty)
+            credit_push(h);
+    }
+}
+
+/* ---- receive handles -------------------------------------------------------------- */
+
+DCHAN_API void dchan_handle_attr_init(dchan_handle_attr_t *hattr)
+{
+    if (!hattr)
+        return;
+    memset(hattr, 0, sizeof *hattr);
+    hattr->struct_size = sizeof *hattr;
+    hattr->depth = 1;
+}
+
 DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, size_t size,
                                   uint64_t oob, dchan_arrival_fn fn, void *arg,
                                   dchan_handle_t **out)
+{
+    dchan_handle_attr_t hattr;
+    dchan_handle_attr_init(&hattr);
+    return dchan_create_handle_attr(ctx, sender_rank, buf, size, oob, fn, arg, &hattr, out);
+}
+
+DCHAN_API int dchan_create_handle_attr(dchan_ctx_t *ctx, int sender_rank, void *buf, size_t size,
+                                       uint64_t oob, dchan_arrival_fn fn, void *arg,
+                                       const dchan_handle_attr_t *hattr, dchan_handle_t **out)
 {
     struct dchan_wire_fields wf;
     dchan_handle_t *h;
     int rc;
 
     if (!dchan_ctx_ok(ctx) || !buf || size == 0 || !fn || !out || sender_rank < 0 ||
-        sender_rank >= ctx->nranks)
+        sender_rank >= ctx->nranks || !hattr || hattr->struct_size != sizeof *hattr ||
+        hattr->depth < 1 || hattr->depth > DCHAN_MAX_DEPTH ||
+        size > SIZE_MAX / (size_t)hattr->depth)
         return DCHAN_ERR_INVALID_ARG;
+    uint32_t depth = (uint32_t)hattr->depth;
+    bool credit = hattr->credit != 0 || depth > 1;
+    size_t span = size * depth;
     dchan_ctx_lock(ctx);
     struct dchan_prov *p = route(ctx, sender_rank);
     int detect = resolve_detect(ctx, p);
+    if (credit && p->ops->credit_write == dchan_prov_nosys_credit_write) {
+        rc = DCHAN_ERR_UNSUPPORTED;
+        goto out;
+    }
+    /* A dchan_alloc block too small for the slots asked for. */
+    if (dchan_core_mem_overflows(ctx, buf, span)) {
+        rc = DCHAN_ERR_SIZE;
+        goto out;
+    }
     if (detect == DCHAN_DETECT_SENTINEL) {
         if (size < 8 || size % 8 != 0) {
             rc = DCHAN_ERR_SIZE;
@@ -370,13 +548,17 @@ DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, 
     h->detect = (uint8_t)detect;
     h->buf = buf;
     h->size = size;
+    h->depth = depth;
+    h->credit = credit;
     h->peer = sender_rank;
     h->oob = detect == DCHAN_DETECT_SENTINEL ? oob : 0;
     h->fn = fn;
     h->arg = arg;
+    if (credit && (rc = cid_alloc(ctx, sender_rank, &h->cidx, &h->ctag)) != DCHAN_SUCCESS)
+        goto free_handle;
     rc = id_alloc(ctx, h, &h->id, &h->gen);
     if (rc != DCHAN_SUCCESS)
-        goto free_handle;
+        goto free_cid;
     if (detect == DCHAN_DETECT_FLAG) {
         rc = dchan_seqpool_get(&ctx->recv_seq, &h->slot, &h->seq_word);
         if (rc != DCHAN_SUCCESS)
@@ -384,17 +566,19 @@ DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, 
         h->probe = h->seq_word;
         h->idle = 0;
     } else if (detect == DCHAN_DETECT_SENTINEL) {
-        h->probe = (uint64_t *)((char *)buf + size - 8);
+        for (uint32_t i = depth; i-- > 0;) {
+            h->probe = (uint64_t *)((char *)buf + (size_t)i * size + size - 8);
+            __atomic_store_n((uint64_t *)h->probe, oob, __ATOMIC_RELEASE);
+        }
         h->idle = oob;
-        __atomic_store_n((uint64_t *)h->probe, oob, __ATOMIC_RELEASE);
     }
     memset(&wf, 0, sizeof wf);
     rc = p->ops->recv_open(h, wf.prov);
     if (rc != DCHAN_SUCCESS)
         goto free_slot;
-    rc = p->ops->recv_arm(h);
-    if (rc != DCHAN_SUCCESS)
-        goto close_prov;
+    for (uint32_t i = 0; i < depth; i++)
+        if ((rc = p->ops->recv_arm(h, i)) != DCHAN_SUCCESS)
+            goto close_prov;
 
     wf.provider_id = p->ops->wire_id;
     wf.detect = (uint8_t)detect;
@@ -405,9 +589,12 @@ DCHAN_API int dchan_create_handle(dchan_ctx_t *ctx, int sender_rank, void *buf, 
     wf.handle_gen = h->gen;
     wf.size = size;
     wf.oob = h->oob;
+    wf.depth = depth;
+    wf.credit = credit;
+    wf.credit_index = h->cidx;
+    wf.credit_tag = h->ctag;
     dchan_wire_encode(&wf, &h->wire);
 
-    h->rstate = DCHAN_RS_ARMED;
     h->in_pollq = true;
     if (scanned(detect)) {
         ctx->nscan++;
@@ -425,6 +612,9 @@ free_slot:
         dchan_seqpool_put(&ctx->recv_seq, h->slot);
 free_id:
     id_free(ctx, h->id);
+free_cid:
+    if (credit)
+        cid_free(ctx, sender_rank, h->cidx);
 free_handle:
     free(h);
 out:
@@ -482,6 +672,10 @@ DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, cons
     h->id = wf.handle_id;
     h->gen = wf.handle_gen;
     h->oob = wf.oob;
+    h->depth = wf.depth;
+    h->credit = wf.credit;
+    h->cidx = wf.credit_index;
+    h->ctag = wf.credit_tag;
     if (h->detect == DCHAN_DETECT_FLAG) {
         rc = dchan_seqpool_get(&ctx->send_seq, &h->slot, &h->seq_word);
         if (rc != DCHAN_SUCCESS)
@@ -496,6 +690,16 @@ DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, cons
     rc = p->ops->send_open(h, wf.prov);
     if (rc != DCHAN_SUCCESS)
         goto free_slot;
+    if (h->credit) {
+        if ((rc = p->ops->credit_open(h, h->cidx, &h->cword)) != DCHAN_SUCCESS) {
+            p->ops->send_close(h);
+            goto free_slot;
+        }
+        /* Associating again: go on from what the receiver released. */
+        uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
+        if ((uint32_t)(w >> 32) == h->ctag)
+            h->n_put = h->granted = (uint32_t)w;
+    }
     all_link(ctx, h);
     *out = h;
     dchan_ctx_unlock(ctx);
@@ -518,11 +722,13 @@ static int mark_locked(dchan_handle_t *h)
     int rc;
     if (h->error)
         return h->error;
-    if (h->rstate != DCHAN_RS_HELD)
+    if (DCHAN_R_HELD(h) == 0)
         return DCHAN_ERR_STATE;
+    uint32_t slot = h->n_rel % h->depth;
     if (h->detect == DCHAN_DETECT_SENTINEL) {
-        __atomic_store_n((uint64_t *)h->probe, h->oob, __ATOMIC_RELEASE);
-    } else if (h->detect == DCHAN_DETECT_FLAG) {
+        __atomic_store_n((uint64_t *)((char *)h->buf + (size_t)slot * h->size + h->size - 8),
+                         h->oob, __ATOMIC_RELEASE);
+    } else if (h->detect == DCHAN_DETECT_FLAG && h->depth == 1) {
         /* The word moved on while the application held the data: the sender
          * put again before this re-arm. */
         if (__atomic_load_n(h->seq_word, __ATOMIC_ACQUIRE) != h->seq) {
@@ -533,10 +739,16 @@ static int mark_locked(dchan_handle_t *h)
     }
     /* Most providers need nothing per re-arm: skip the call. */
     if (h->prov->ops->recv_arm != dchan_prov_noop_recv_arm &&
-        (rc = h->prov->ops->recv_arm(h)) != DCHAN_SUCCESS)
+        (rc = h->prov->ops->recv_arm(h, slot)) != DCHAN_SUCCESS)
         return rc;
-    h->rstate = DCHAN_RS_ARMED;
-    h->in_pollq = false;
+    h->n_rel++;
+    /* Depth 1 waits for ready_pollq; deeper handles stay queued. */
+    if (h->depth == 1)
+        h->in_pollq = false;
+    else
+        pq_rearm(h->ctx, h);
+    if (h->credit)
+        credit_push(h);
     return DCHAN_SUCCESS;
 }
 
@@ -544,15 +756,15 @@ static int pollq_locked(dchan_handle_t *h)
 {
     if (h->error)
         return h->error;
-    if (h->rstate == DCHAN_RS_HELD)
-        return DCHAN_ERR_STATE;
     if (h->in_pollq)
-        return DCHAN_SUCCESS;
+        return DCHAN_SUCCESS; /* always so for depth > 1 */
+    if (DCHAN_R_HELD(h))
+        return DCHAN_ERR_STATE;
     h->in_pollq = true;
-    if (h->rstate == DCHAN_RS_ARRIVED)
-        fire_push(h->ctx, h); /* arrived between mark and pollq */
-    else if (scanned(h->detect))
-        pq_add(h->ctx, h);
+    if (DCHAN_R_DUE(h))
+        dchan_fire_push(h->ctx, h); /* arrived between mark and pollq */
+    else
+        pq_rearm(h->ctx, h);
     return DCHAN_SUCCESS;
 }
 
@@ -599,23 +811,120 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
     return rc;
 }
 
-/* ---- sender: put -------------------------------------------------------------------- */
+/* ---- sender: credit ------------------------------------------------------------------- */
 
-DCHAN_API int dchan_put(dchan_handle_t *h)
+/* Puts the receiver allows now: the slots it released, plus depth, less the
+ * puts made. A word with another channel's tag (an index reused) or an
+ * older count (it cannot be, but a count never goes back) changes nothing. */
+static uint32_t credits_now(dchan_handle_t *h)
 {
-    struct dchan_put_desc d;
-    int rc = h_check(h);
+    uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
+    uint32_t c = (uint32_t)w;
+    if ((uint32_t)(w >> 32) == h->ctag && (uint32_t)(c - h->granted) <= h->depth)
+        h->granted = c;
+    return h->granted + h->depth - h->n_put;
+}
 
+/* Credit for one put, after one round of provider progress if there is
+ * none yet (transports that apply a remote write from the target's
+ * progress); a refusal is counted. */
+static int credit_take(dchan_handle_t *h)
+{
+    /* Credit known from an earlier look costs no load of the word, whose
+     * cache line the receiver writes. */
+    if (h->granted + h->depth - h->n_put == 0 && credits_now(h) == 0) {
+        dchan_core_poll_providers(h->ctx);
+        if (h->error)
+            return h->error;
+        if (credits_now(h) == 0) {
+            h->hstats.credit_stalls++;
+            if (!h->stall_ns)
+                h->stall_ns = dchan_now_ns();
+            return DCHAN_ERR_AGAIN;
+        }
+    }
+    return DCHAN_SUCCESS;
+}
+
+static int send_entry(const dchan_handle_t *h, bool need_credit)
+{
+    int rc = h_check(h);
     if (rc != DCHAN_SUCCESS)
         return rc;
-    if (h->role != DCHAN_ROLE_SEND)
-        return DCHAN_ERR_STATE; /* put before assoc_local */
+    if (h->role != DCHAN_ROLE_SEND || (need_credit && !h->credit))
+        return DCHAN_ERR_STATE;
+    return DCHAN_SUCCESS;
+}
+
+DCHAN_API int dchan_credits(const dchan_handle_t *ch)
+{
+    int rc = send_entry(ch, true);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_handle_t *h = (dchan_handle_t *)ch; /* the cached count moves on */
+    dchan_ctx_lock(h->ctx);
+    uint32_t n = credits_now(h);
+    if (n == 0 && !h->error) {
+        dchan_core_poll_providers(h->ctx);
+        n = credits_now(h);
+    }
+    rc = h->error ? h->error : (int)n;
+    dchan_ctx_unlock(h->ctx);
+    return rc;
+}
+
+DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
+{
+    int rc = send_entry(h, true);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (!ptr)
+        return DCHAN_ERR_INVALID_ARG;
     dchan_ctx_t *ctx = h->ctx;
     dchan_ctx_lock(ctx);
     if (h->error) {
         rc = h->error;
         goto out;
     }
+    if ((rc = credit_take(h)) != DCHAN_SUCCESS)
+        goto out;
+    void *p;
+    /* In SENTINEL mode the tail written in place would announce the
+     * message before dchan_put: such a handle writes its send buffer. */
+    if (h->detect != DCHAN_DETECT_SENTINEL &&
+        h->prov->ops->map_slot(h, (size_t)(h->n_put % h->depth) * h->size, &p) ==
+            DCHAN_SUCCESS) {
+        h->in_place = h->n_put + 1;
+    } else {
+        if (h->inflight && (rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS)))
+            goto out;
+        h->in_place = 0;
+        p = h->buf;
+    }
+    *ptr = p;
+out:
+    dchan_ctx_unlock(ctx);
+    return rc;
+}
+
+/* ---- sender: put -------------------------------------------------------------------- */
+
+DCHAN_API int dchan_put(dchan_handle_t *h)
+{
+    struct dchan_put_desc d;
+    int rc = send_entry(h, false); /* STATE: put before assoc_local */
+
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    dchan_ctx_t *ctx = h->ctx;
+    dchan_ctx_lock(ctx);
+    if (h->error) {
+        rc = h->error;
+        goto out;
+    }
+    if (h->credit && (rc = credit_take(h)) != DCHAN_SUCCESS)
+        goto out;
+    bool in_place = h->in_place == h->n_put + 1 && h->in_place != 0;
     if (h->detect == DCHAN_DETECT_SENTINEL) {
         uint64_t tail;
         memcpy(&tail, (const char *)h->buf + h->size - 8, 8);
@@ -631,11 +940,14 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     d.priv = h->priv;
     d.remote_id = h->id;
-    d.src = h->buf;
+    d.src = in_place ? NULL : h->buf;
     d.size = h->size;
+    d.slot = h->n_put % h->depth;
+    d.offset = (size_t)d.slot * h->size;
     d.detect = h->detect;
     d.seq_src = h->seq_word;
-    d.seq = seq_next(h->seq);
+    /* A credited receiver counts puts: the low half is this put's number. */
+    d.seq = h->credit ? (h->seq & ~0xffffffffull) | (uint32_t)(h->n_put + 1) : seq_next(h->seq);
     if (h->detect == DCHAN_DETECT_FLAG)
         *h->seq_word = d.seq;
     /* Set first: a provider may complete the put before returning. */
@@ -667,9 +979,17 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
         goto out;
     }
     h->seq = d.seq;
+    h->n_put++;
+    h->in_place = 0;
     ctx->stats.puts++;
     h->hstats.puts++;
     h->hstats.bytes += h->size;
+    if (!in_place)
+        h->hstats.copied += h->size;
+    if (h->stall_ns) {
+        h->hstats.credit_wait_ns += dchan_now_ns() - h->stall_ns;
+        h->stall_ns = 0;
+    }
 out:
     dchan_ctx_unlock(ctx);
     return rc;
@@ -715,6 +1035,22 @@ int dchan_handle_release(dchan_handle_t *h)
             dchan_pq_remove(ctx, h);
         if (h->on_fire)
             dchan_fire_remove(ctx, h);
+        if (h->on_credq)
+            credq_remove(ctx, h);
+        if (h->credit) {
+            /* The word's next user must find this channel's last write
+             * landed, not arriving over its own. */
+            uint64_t deadline = dchan_now_ns() + ctx->params.DRAIN_TIMEOUT_MS * 1000000ull;
+            while (h->cbusy && !h->error && !(ctx->ndead && ctx->dead[h->peer]) &&
+                   dchan_now_ns() < deadline) {
+                dchan_core_poll_providers(ctx);
+                if (h->cbusy)
+                    sched_yield();
+            }
+            if (h->on_credq)
+                credq_remove(ctx, h);
+            cid_free(ctx, h->peer, h->cidx);
+        }
         h->prov->ops->recv_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)
             dchan_seqpool_put(&ctx->recv_seq, h->slot);
@@ -736,6 +1072,8 @@ int dchan_handle_release(dchan_handle_t *h)
             if (rc != DCHAN_ERR_TIMEOUT)
                 rc = DCHAN_SUCCESS; /* an error already reported on the handle */
         }
+        if (h->credit)
+            h->prov->ops->credit_close(h);
         h->prov->ops->send_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)
             dchan_seqpool_put(&ctx->send_seq, h->slot);
@@ -820,6 +1158,32 @@ void *dchan_h_buf(const dchan_handle_t *h)
 size_t dchan_h_size(const dchan_handle_t *h)
 {
     return h->size;
+}
+
+uint32_t dchan_h_depth(const dchan_handle_t *h)
+{
+    return h->depth;
+}
+
+size_t dchan_h_span(const dchan_handle_t *h)
+{
+    return h->size * h->depth;
+}
+
+DCHAN_API int dchan_slot(dchan_handle_t *h, void **ptr)
+{
+    int rc = recv_entry(h);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if (!ptr)
+        return DCHAN_ERR_INVALID_ARG;
+    dchan_ctx_lock(h->ctx);
+    if (DCHAN_R_HELD(h) == 0)
+        rc = DCHAN_ERR_STATE;
+    else
+        *ptr = (char *)h->buf + (size_t)(h->n_rel % h->depth) * h->size;
+    dchan_ctx_unlock(h->ctx);
+    return rc;
 }
 
 int dchan_h_peer(const dchan_handle_t *h)

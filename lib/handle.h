@@ -26,6 +26,18 @@ static inline void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->pq_pos = PQ_NONE;
 }
 
+static inline void dchan_fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    h->fire_next = NULL;
+    h->fire_prev = ctx->fire_tail;
+    if (ctx->fire_tail)
+        ctx->fire_tail->fire_next = h;
+    else
+        ctx->fire_head = h;
+    ctx->fire_tail = h;
+    h->on_fire = true;
+}
+
 static inline void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
 {
     if (h->fire_prev)

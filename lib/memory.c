@@ -27,6 +27,16 @@ static size_t mem_find(const dchan_ctx_t *ctx, uintptr_t addr)
     return lo;
 }
 
+bool dchan_core_mem_overflows(const dchan_ctx_t *ctx, const void *ptr, size_t len)
+{
+    uintptr_t addr = (uintptr_t)ptr;
+    size_t i = mem_find(ctx, addr + 1);
+    if (i == 0)
+        return false;
+    const struct dchan_mem *m = &ctx->mem[i - 1]; /* the last block starting at or below addr */
+    return addr < m->addr + m->size && len > m->addr + m->size - addr;
+}
+
 int dchan_core_mem_alloc(dchan_ctx_t *ctx, size_t size, size_t align, bool internal, void **out)
 {
     struct dchan_prov *p = ctx->mem_prov;
@@ -114,7 +124,7 @@ static bool in_use(const dchan_ctx_t *ctx, uintptr_t addr, size_t size)
 {
     for (const dchan_handle_t *h = ctx->all_head; h; h = h->all_next) {
         uintptr_t b = (uintptr_t)h->buf;
-        if (b < addr + size && addr < b + h->size)
+        if (b < addr + size && addr < b + h->size * h->depth)
             return true;
     }
     return false;

@@ -66,9 +66,28 @@ void dchan_prov_nosys_mem_free(struct dchan_prov *p, void *ptr)
 {
 }
 
-int dchan_prov_noop_recv_arm(dchan_handle_t *h)
+int dchan_prov_noop_recv_arm(dchan_handle_t *h, uint32_t slot)
 {
     return DCHAN_SUCCESS;
+}
+
+int dchan_prov_nosys_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
+{
+    return DCHAN_ERR_UNSUPPORTED;
+}
+
+void dchan_prov_noop_credit_close(dchan_handle_t *h)
+{
+}
+
+int dchan_prov_nosys_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    return DCHAN_ERR_UNSUPPORTED;
+}
+
+int dchan_prov_nosys_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    return DCHAN_ERR_UNSUPPORTED;
 }
 
 void dchan_prov_noop_put_abandon(dchan_handle_t *h)

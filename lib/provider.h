@@ -63,8 +63,11 @@ enum {
 struct dchan_put_desc {
     void *priv;         /* the handle's DCHAN_PROV_PRIV area */
     uint32_t remote_id; /* the receiver handle's id, from the wire */
-    const void *src; /* the send buffer */
-    size_t size;     /* its size, equal to the receive size */
+    const void *src; /* the send buffer; NULL when the message was written in
+                      * place (dchan_put_ptr gave the mapped slot): signal only */
+    size_t size;     /* its size, equal to the receive (slot) size */
+    size_t offset;   /* where the slot starts in the receive buffer: slot * size */
+    uint32_t slot;   /* the slot of a handle of depth > 1 (0 otherwise) */
     int detect;      /* how the receiver detects the arrival */
     /* SENTINEL: write src[0, size-8), then the tail src[size-8, size) ordered
      * after it (or all of src in one write where the provider guarantees the
@@ -120,9 +123,11 @@ struct dchan_provider_ops {
      * set; register them and write the remote-access fields into
      * wire_fields (DCHAN_WIRE_PROV_BYTES, zeroed by the core). */
     int (*recv_open)(dchan_handle_t *h, unsigned char *wire_fields);
-    /* Receiver: detection was re-armed by the core; provide what the next
-     * arrival needs (e.g. post a receive). Called at create and ready_mark. */
-    int (*recv_arm)(dchan_handle_t *h);
+    /* Receiver: detection of slot (0 ... depth-1) was re-armed by the core;
+     * provide what the next arrival into it needs (e.g. post a receive).
+     * Called for every slot at create, then for the released slot at each
+     * ready_mark, so slots are armed in the order puts fill them. */
+    int (*recv_arm)(dchan_handle_t *h, uint32_t slot);
     /* Receiver: cancel what recv_arm posted, release registrations. */
     void (*recv_close)(dchan_handle_t *h);
 
@@ -140,6 +145,25 @@ struct dchan_provider_ops {
     void (*put_abandon)(dchan_handle_t *h);
     /* Sender: release what send_open took; no put is in flight. */
     void (*send_close)(dchan_handle_t *h);
+    /* Sender: the address of the receiver's memory at offset in its buffer
+     * when it is mapped in this process (a put there is a plain store), or
+     * DCHAN_ERR_UNSUPPORTED. For dchan_put_ptr. */
+    int (*map_slot)(dchan_handle_t *h, size_t offset, void **ptr);
+
+    /* Credit (DESIGN §7). Each rank offers every peer an area of
+     * CREDIT_WORDS 8-byte words that only that peer writes: a receiver
+     * returns the credit of its channel from this rank into the word whose
+     * index the wire carries (the receiver allocates indices, per sender).
+     * Sender: the local word for index of h's receiver (valid until
+     * credit_close), which the receiver's credit_write updates. */
+    int (*credit_open)(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
+    void (*credit_close)(dchan_handle_t *h);
+    /* Receiver: write the 8 bytes at src into word index of the sender's
+     * area for this rank, ordered after every earlier credit_write of the
+     * handle. DCHAN_PROV_PUT_DONE: done, src is free; DCHAN_SUCCESS: under
+     * way, dchan_core_credit_done follows, and src stays untouched until
+     * then; DCHAN_ERR_AGAIN: busy, the core retries from progress. */
+    int (*credit_write)(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 
     /* Poll completions; report them through dchan_core_*. Returns >= 0
      * (events seen) or a negative code for a failure of the whole provider. */
@@ -172,8 +196,12 @@ int dchan_prov_nosys_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsign
 void dchan_prov_nosys_mr_dereg(struct dchan_prov *p, void *mr);
 int dchan_prov_nosys_mem_alloc(struct dchan_prov *p, size_t size, size_t align, void **ptr);
 void dchan_prov_nosys_mem_free(struct dchan_prov *p, void *ptr);
-int dchan_prov_noop_recv_arm(dchan_handle_t *h);
+int dchan_prov_noop_recv_arm(dchan_handle_t *h, uint32_t slot);
 void dchan_prov_noop_put_abandon(dchan_handle_t *h);
+int dchan_prov_nosys_map_slot(dchan_handle_t *h, size_t offset, void **ptr);
+void dchan_prov_noop_credit_close(dchan_handle_t *h);
+int dchan_prov_nosys_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
+int dchan_prov_nosys_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 int dchan_prov_noop_progress(struct dchan_prov *p);
 
 /* ---- what the core offers providers ---------------------------------- */
@@ -182,7 +210,11 @@ int dchan_prov_noop_progress(struct dchan_prov *p);
 struct dchan_prov *dchan_h_prov(const dchan_handle_t *h);
 void *dchan_h_priv(dchan_handle_t *h); /* DCHAN_PROV_PRIV_BYTES, 16-aligned, zeroed at open */
 void *dchan_h_buf(const dchan_handle_t *h);
-size_t dchan_h_size(const dchan_handle_t *h);
+size_t dchan_h_size(const dchan_handle_t *h); /* of one slot */
+/* Slots of the handle (1 ... DCHAN_MAX_DEPTH); the receive buffer is
+ * depth * size bytes: register and publish all of it. */
+uint32_t dchan_h_depth(const dchan_handle_t *h);
+size_t dchan_h_span(const dchan_handle_t *h); /* depth * size */
 int dchan_h_peer(const dchan_handle_t *h);   /* the other end's rank */
 int dchan_h_detect(const dchan_handle_t *h);
 uint32_t dchan_h_id(const dchan_handle_t *h); /* receiver: id carried in the wire */
@@ -230,10 +262,14 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
                            const void *data, size_t len);
 /* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
 void dchan_core_put_done(dchan_handle_t *h, int rc);
-/* Receiver: may data be written into r now? For providers that place data
- * themselves (self, shared memory): DCHAN_SUCCESS, or DCHAN_ERR_OVERRUN
- * (raised on r) when the application still holds the previous arrival. */
-int dchan_core_recv_writable(dchan_handle_t *r);
+/* Receiver: may data be written into slot of r now? For providers that
+ * place data themselves (self, shared memory): DCHAN_SUCCESS, or
+ * DCHAN_ERR_OVERRUN (raised on r) when the application still holds what
+ * arrived there. */
+int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot);
+/* Receiver: a credit_write that returned DCHAN_SUCCESS completed (rc 0)
+ * or failed. */
+void dchan_core_credit_done(dchan_handle_t *h, int rc);
 /* Either side: an asynchronous failure on one handle (it enters the error
  * state; error_fn is called from the next progress). */
 void dchan_core_handle_error(dchan_handle_t *h, int rc);

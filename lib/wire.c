@@ -2,6 +2,7 @@
 /* Wire form encoding and structural validation (layout in wire.h). */
 #include "config.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "wire.h"
@@ -19,10 +20,14 @@ enum {
     OFF_SIZE = 32,
     OFF_OOB = 40,
     OFF_PROV = 48,
-    OFF_RSV2 = OFF_PROV + DCHAN_WIRE_PROV_BYTES,
+    OFF_DEPTH = OFF_PROV + DCHAN_WIRE_PROV_BYTES,
+    OFF_FLAGS = OFF_DEPTH + 1,
+    OFF_CIDX = OFF_DEPTH + 2,
+    OFF_CTAG = OFF_DEPTH + 4,
     OFF_SUM = 120
 };
-_Static_assert(OFF_RSV2 + 8 == OFF_SUM, "wire layout");
+_Static_assert(OFF_CTAG + 4 == OFF_SUM, "wire layout");
+#define WIRE_F_CREDIT 0x01u
 _Static_assert(OFF_SUM + 8 == DCHAN_WIRE_SIZE, "wire layout");
 
 void dchan_put_le16(unsigned char *p, uint16_t v)
@@ -91,15 +96,12 @@ void dchan_wire_encode(const struct dchan_wire_fields *f, dchan_wire_t *w)
     dchan_put_le64(b + OFF_SIZE, f->size);
     dchan_put_le64(b + OFF_OOB, f->detect == DCHAN_DETECT_SENTINEL ? f->oob : 0);
     memcpy(b + OFF_PROV, f->prov, DCHAN_WIRE_PROV_BYTES);
+    /* depth - 1, so that a default handle's bytes stay zero as before. */
+    b[OFF_DEPTH] = (unsigned char)(f->depth > 1 ? f->depth - 1 : 0);
+    b[OFF_FLAGS] = f->credit ? WIRE_F_CREDIT : 0;
+    dchan_put_le16(b + OFF_CIDX, f->credit_index);
+    dchan_put_le32(b + OFF_CTAG, f->credit_tag);
     dchan_put_le64(b + OFF_SUM, dchan_fnv1a64(b, OFF_SUM));
-}
-
-static int all_zero(const unsigned char *p, size_t n)
-{
-    unsigned char acc = 0;
-    for (size_t i = 0; i < n; i++)
-        acc |= p[i];
-    return acc == 0;
 }
 
 int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
@@ -110,7 +112,7 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
         dchan_get_le16(b + OFF_VERSION) != DCHAN_WIRE_VERSION ||
         dchan_get_le64(b + OFF_SUM) != dchan_fnv1a64(b, OFF_SUM))
         return DCHAN_ERR_HANDLE;
-    if (!all_zero(b + OFF_RSV2, 8))
+    if (b[OFF_FLAGS] & ~WIRE_F_CREDIT)
         return DCHAN_ERR_HANDLE;
 
     f->provider_id = b[OFF_PROVIDER];
@@ -123,7 +125,17 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
     f->size = dchan_get_le64(b + OFF_SIZE);
     f->oob = dchan_get_le64(b + OFF_OOB);
     memcpy(f->prov, b + OFF_PROV, DCHAN_WIRE_PROV_BYTES);
+    f->depth = b[OFF_DEPTH] + 1u;
+    f->credit = (b[OFF_FLAGS] & WIRE_F_CREDIT) != 0;
+    f->credit_index = dchan_get_le16(b + OFF_CIDX);
+    f->credit_tag = dchan_get_le32(b + OFF_CTAG);
 
+    /* Depth needs credit; credit needs a tag (never 0) and nothing else
+     * does; the slots must fit in memory. */
+    if (f->depth > DCHAN_MAX_DEPTH || (f->depth > 1 && !f->credit) ||
+        (f->credit ? f->credit_tag == 0 : (f->credit_index | f->credit_tag) != 0) ||
+        f->size > SIZE_MAX / f->depth)
+        return DCHAN_ERR_HANDLE;
     if (f->provider_id == 0 || f->job_key == 0 || f->handle_id == 0 || f->size == 0)
         return DCHAN_ERR_HANDLE;
     /* The id carries the generation's low byte, which is never 0. */

@@ -4,7 +4,7 @@
  *
  *   off len field
  *     0   4 magic "DCHW"          48  64 provider remote-access fields
- *     4   2 format version        112  8 reserved, zero
+ *     4   2 format version        112  8 credit and depth (below)
  *     6   1 provider id           120  8 checksum: FNV-1a 64 of bytes 0..119
  *     7   1 detection mode
  *     8   8 job key
@@ -15,12 +15,18 @@
  *    32   8 size
  *    40   8 oob pattern (SENTINEL; zero otherwise)
  *
+ *   112   1 depth - 1 (slots of size bytes; 0 for depth 1)
+ *   113   1 flags: 0x01 credit
+ *   114   2 credit word index (in the sender's credit area for this receiver)
+ *   116   4 credit tag (high half of every credit word; 0 without credit)
+ *
  * FNV-1a changes its result for any change of a single byte, so every one
  * byte corruption is refused, as is anything not written by dchan.
  */
 #ifndef DCHAN_WIRE_H
 #define DCHAN_WIRE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dchan.h"
@@ -39,6 +45,10 @@ struct dchan_wire_fields {
     uint32_t handle_gen;
     uint64_t size;
     uint64_t oob;
+    uint32_t depth; /* 1 ... DCHAN_MAX_DEPTH */
+    bool credit;
+    uint16_t credit_index;
+    uint32_t credit_tag;
     unsigned char prov[DCHAN_WIRE_PROV_BYTES];
 };
 

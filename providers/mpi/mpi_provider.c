@@ -1,45 +1,106 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mpi: two-sided emulation on a private duplicate of the bootstrap
- * communicator (EVENT only). Each receive handle owns a persistent receive
- * into the user buffer, started at ready_mark, with a tag unique to the
- * handle on its receiver; a put is an MPI_Isend with that tag (not a
+ * communicator (EVENT only). A receive handle of depth k owns k persistent
+ * receives, one per slot, each into its own slot of the user buffer, all
+ * from the sender's rank with a tag unique to the handle; slot s is started
+ * when the core arms it. Slots are armed in the order puts fill them, and
+ * MPI matches messages of one (source, tag, communicator) in the order they
+ * were sent against receives in the order they were started, so the n-th
+ * put lands in slot n mod k. A put is an MPI_Isend with that tag (not a
  * persistent send: Open MPI completes small Isends inline, which its
- * persistent requests cannot). Progress tests the started requests and
- * reports completions.
+ * persistent requests cannot).
+ *
+ * Credit is a message on a second duplicate, so it never matches data: the
+ * receiver sends the 8-byte cumulative count with tag = the credit index
+ * (unique per sender and receiver rank; MPI matches on the source too), the
+ * sender keeps a persistent receive posted for it and copies each count it
+ * receives into a per-peer table of words that the core reads.
+ *
+ * Progress tests the started requests together: the put in flight, the
+ * credit receive and credit send, and, per receive handle, only the
+ * receive of the next slot expected, so that arrivals of one handle are
+ * reported in slot order.
  */
 #include "config.h"
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mpi.h>
 
 #include "provider.h"
 #include "wire.h"
 
+/* What a started request is for. */
+enum {
+    W_RECV,   /* receive handle: the receive of its next slot */
+    W_SEND,   /* send handle: the put in flight */
+    W_CSEND,  /* receive handle: the credit count in flight */
+    W_CRECV,  /* send handle: the receive waiting for the next count */
+    W_ORPHAN, /* a credit send that outlived its handle */
+};
+
+/* One request that may sit in the started list. */
+struct mpi_wait {
+    MPI_Request *rq;   /* where the request lives while it is not listed */
+    dchan_handle_t *h; /* owner; NULL for W_ORPHAN */
+    int pos;           /* index in the started list, -1 when not there */
+    int kind;
+};
+
 struct mpi_state {
-    MPI_Comm comm;
+    MPI_Comm comm;  /* data */
+    MPI_Comm ccomm; /* credit: a message there never matches a put */
     int tag_ub;
     /* started requests, tested together by progress */
     MPI_Request *reqs;
-    dchan_handle_t **owner;
+    struct mpi_wait **w;
+    struct mpi_wait **fired;
     int *done;
     MPI_Status *st;
     int nreq, cap;
-    int nhandles; /* handles with a request: nreq never exceeds it */
+    int nwait; /* requests that may be started at once: nreq never exceeds it */
+    /* per sender-side peer: CREDIT_WORDS counts received, allocated at the
+     * first credited channel to it; they outlive send handles, so that a
+     * sender associating again goes on from the last count */
+    uint64_t **credit;
+    uint32_t cwords;
+    int nranks;
+};
+
+/* A receive handle's slots and its credit send. Not in the handle: a
+ * credit send may outlive it (W_ORPHAN), and 64 requests would not fit. */
+struct mpi_rx {
+    struct mpi_wait cw;
+    MPI_Request creq;
+    uint64_t cbuf;    /* the count in flight: the core's copy dies with the handle */
+    uint64_t active;  /* started slots, a bit each */
+    uint32_t next;    /* the slot the next arrival fills */
+    uint32_t nactive; /* started slots */
+    uint32_t depth;
+    MPI_Request reqs[]; /* persistent receive of each slot */
 };
 
 struct mpi_h {
-    MPI_Request req; /* persistent receive or send */
+    struct mpi_wait w; /* W_RECV or W_SEND */
+    MPI_Request req;   /* the put in flight */
     MPI_Datatype type;
     int count;
     int tag;
-    int pos;   /* index in the started list, -1 when not started */
-    bool recv; /* a receive handle's request */
+    bool recv;
+    struct mpi_rx *rx; /* receive handle */
+    /* send handle, credited */
+    struct mpi_wait cw; /* W_CRECV */
+    MPI_Request creq;   /* persistent receive of the counts */
+    uint64_t cin;       /* where it lands */
+    uint64_t *cword;    /* the table word the core reads */
+    bool copen;
 };
 
 /* MPI error classes to our codes; the MPI detail goes to the log. */
@@ -84,19 +145,45 @@ static int mpi_probe(struct dchan_probe *out)
     return DCHAN_SUCCESS;
 }
 
+static int needed_mpi_level(int dchan_level)
+{
+    switch (dchan_level) {
+    case DCHAN_THREAD_FUNNELED:
+        return MPI_THREAD_FUNNELED;
+    case DCHAN_THREAD_SERIALIZED:
+        return MPI_THREAD_SERIALIZED;
+    case DCHAN_THREAD_MULTIPLE:
+        return MPI_THREAD_MULTIPLE;
+    default:
+        return MPI_THREAD_SINGLE;
+    }
+}
+
 static int mpi_open(struct dchan_prov *p)
 {
-    int init = 0, fini = 0;
+    int init = 0, fini = 0, provided = MPI_THREAD_SINGLE;
     MPI_Initialized(&init);
     MPI_Finalized(&fini);
     if (!init || fini) {
         snprintf(p->desc, sizeof p->desc, "MPI is not initialised by the program");
         return DCHAN_ERR_UNSUPPORTED;
     }
+    /* The mpi bootstrap checks this too; a PMIx or external bootstrap in a
+     * program that initialised MPI does not. Every MPI call of this
+     * provider is made inside a dchan call, from the threads the dchan
+     * level allows, so MPI at that level is enough. */
+    MPI_Query_thread(&provided);
+    if (provided < needed_mpi_level(dchan_ctx_thread_level(p->ctx))) {
+        snprintf(p->desc, sizeof p->desc,
+                 "MPI's thread level %d is below the %d that dchan's thread level needs",
+                 provided, needed_mpi_level(dchan_ctx_thread_level(p->ctx)));
+        return DCHAN_ERR_UNSUPPORTED;
+    }
     struct mpi_state *s = calloc(1, sizeof *s);
     if (!s)
         return DCHAN_ERR_NO_MEMORY;
     s->comm = MPI_COMM_NULL;
+    s->ccomm = MPI_COMM_NULL;
     p->state = s;
     p->default_detect = DCHAN_DETECT_EVENT;
     p->addr_len = 0;
@@ -113,6 +200,10 @@ static int mpi_connect(struct dchan_prov *p, const void *addrs, size_t len)
     if (rc != MPI_SUCCESS)
         return mpi_rc(p, rc, "MPI_Comm_dup");
     MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+    rc = MPI_Comm_dup(s->comm, &s->ccomm);
+    if (rc != MPI_SUCCESS)
+        return mpi_rc(p, rc, "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(s->ccomm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(s->comm, &rank);
     MPI_Comm_size(s->comm, &size);
     if (rank != dchan_ctx_rank(p->ctx) || size != dchan_ctx_nranks(p->ctx)) {
@@ -124,6 +215,16 @@ static int mpi_connect(struct dchan_prov *p, const void *addrs, size_t len)
     }
     MPI_Comm_get_attr(s->comm, MPI_TAG_UB, &ub, &flag);
     s->tag_ub = flag && ub ? *ub : 32767;
+    s->nranks = size;
+    s->cwords = (uint32_t)dchan_ctx_params(p->ctx)->CREDIT_WORDS;
+    s->credit = calloc((size_t)size, sizeof *s->credit);
+    if (!s->credit)
+        return DCHAN_ERR_NO_MEMORY;
+    if (s->cwords - 1 > (uint32_t)s->tag_ub)
+        dchan_warn(p->ctx, "mpi",
+                   "MPI_TAG_UB %d is below DCHAN_CREDIT_WORDS %u: credited channels beyond "
+                   "the %d-th from one rank are refused",
+                   s->tag_ub, s->cwords, s->tag_ub + 1);
     {
         char v[128];
         library_version(v, sizeof v);
@@ -133,17 +234,55 @@ static int mpi_connect(struct dchan_prov *p, const void *addrs, size_t len)
     return DCHAN_SUCCESS;
 }
 
+/* dchan_finalize after MPI_Finalize: release without calling MPI. */
+static int mpi_gone(void)
+{
+    int fini = 0;
+    MPI_Finalized(&fini);
+    return fini;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static int mpi_progress(struct dchan_prov *p);
+
 static void mpi_close(struct dchan_prov *p)
 {
     struct mpi_state *s = p->state;
-    int fini = 0;
     if (!s)
         return;
-    MPI_Finalized(&fini);
-    if (s->comm != MPI_COMM_NULL && !fini)
-        MPI_Comm_free(&s->comm);
+    if (!mpi_gone()) {
+        /* Only orphaned credit sends can be left: give them the drain
+         * time, then leave them to MPI (and their buffers with them). */
+        uint64_t deadline = now_ns() + dchan_ctx_params(p->ctx)->DRAIN_TIMEOUT_MS * 1000000ull;
+        while (s->nreq > 0 && now_ns() < deadline)
+            if (mpi_progress(p) < 0)
+                break;
+        if (s->nreq > 0)
+            dchan_warn(p->ctx, "mpi", "%d credit messages still in flight at close", s->nreq);
+        for (int i = 0; i < s->nreq; i++)
+            MPI_Request_free(&s->reqs[i]);
+        if (s->ccomm != MPI_COMM_NULL)
+            MPI_Comm_free(&s->ccomm);
+        if (s->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&s->comm);
+    } else {
+        for (int i = 0; i < s->nreq; i++)
+            if (s->w[i]->kind == W_ORPHAN)
+                free((char *)s->w[i] - offsetof(struct mpi_rx, cw));
+    }
+    if (s->credit)
+        for (int i = 0; i < s->nranks; i++)
+            free(s->credit[i]);
+    free(s->credit);
     free(s->reqs);
-    free(s->owner);
+    free(s->w);
+    free(s->fired);
     free(s->done);
     free(s->st);
     free(s);
@@ -179,26 +318,17 @@ static int make_type(size_t size, MPI_Datatype *type, int *count)
     return MPI_Type_commit(type);
 }
 
-/* dchan_finalize after MPI_Finalize: release without calling MPI. */
-static int mpi_gone(void)
-{
-    int fini = 0;
-    MPI_Finalized(&fini);
-    return fini;
-}
-
 static void free_type(struct mpi_h *m)
 {
     if (m->type != MPI_BYTE && m->type != MPI_DATATYPE_NULL)
         MPI_Type_free(&m->type);
 }
 
-/* Room for one more handle's request, reserved when the handle is made so
- * that starting a request never allocates. Twice the handles: progress
- * lists completed owners past the started ones. */
-static int reserve(struct mpi_state *s)
+/* Room for n more started requests, reserved when a handle is made so
+ * that starting a request never allocates. */
+static int reserve(struct mpi_state *s, int n)
 {
-    int need = 2 * (s->nhandles + 1);
+    int need = s->nwait + n;
     if (need > s->cap) {
         int cap = s->cap ? s->cap : 64;
         while (cap < need)
@@ -206,51 +336,68 @@ static int reserve(struct mpi_state *s)
         MPI_Request *r = realloc(s->reqs, (size_t)cap * sizeof *r);
         if (r)
             s->reqs = r;
-        dchan_handle_t **o = realloc(s->owner, (size_t)cap * sizeof *o);
-        if (o)
-            s->owner = o;
+        struct mpi_wait **w = realloc(s->w, (size_t)cap * sizeof *w);
+        if (w)
+            s->w = w;
+        struct mpi_wait **f = realloc(s->fired, (size_t)cap * sizeof *f);
+        if (f)
+            s->fired = f;
         int *d = realloc(s->done, (size_t)cap * sizeof *d);
         if (d)
             s->done = d;
         MPI_Status *st = realloc(s->st, (size_t)cap * sizeof *st);
         if (st)
             s->st = st;
-        if (!r || !o || !d || !st)
+        if (!r || !w || !f || !d || !st)
             return DCHAN_ERR_NO_MEMORY;
         s->cap = cap;
     }
-    s->nhandles++;
+    s->nwait = need;
     return DCHAN_SUCCESS;
 }
 
-static void started_add(struct mpi_state *s, dchan_handle_t *h, struct mpi_h *m)
+static void unreserve(struct mpi_state *s, int n)
 {
-    s->reqs[s->nreq] = m->req;
-    s->owner[s->nreq] = h;
-    m->pos = s->nreq++;
+    s->nwait -= n;
 }
 
-static void started_remove(struct mpi_state *s, int i)
+static void started_add(struct mpi_state *s, struct mpi_wait *w)
 {
-    struct mpi_h *m = DCHAN_PROV_PRIV(s->owner[i], struct mpi_h);
-    int last = --s->nreq;
-    m->pos = -1;
+    s->reqs[s->nreq] = *w->rq;
+    s->w[s->nreq] = w;
+    w->pos = s->nreq++;
+}
+
+/* Out of the list; MPI's current handle goes back to its owner. */
+static void started_remove(struct mpi_state *s, struct mpi_wait *w)
+{
+    int i = w->pos, last = --s->nreq;
+    *w->rq = s->reqs[i];
+    w->pos = -1;
     if (i != last) {
         s->reqs[i] = s->reqs[last];
-        s->owner[i] = s->owner[last];
-        DCHAN_PROV_PRIV(s->owner[i], struct mpi_h)->pos = i;
+        s->w[i] = s->w[last];
+        s->w[i]->pos = i;
     }
 }
 
 /* ---- receiver -------------------------------------------------------------------- */
+
+static void rx_free_reqs(struct mpi_rx *rx)
+{
+    for (uint32_t i = 0; i < rx->depth; i++)
+        if (rx->reqs[i] != MPI_REQUEST_NULL)
+            MPI_Request_free(&rx->reqs[i]);
+}
 
 static int mpi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_state *s = p->state;
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
-    uint32_t id = dchan_h_id(h);
-    int rc;
+    uint32_t id = dchan_h_id(h), depth = dchan_h_depth(h);
+    size_t size = dchan_h_size(h);
+    int rc = MPI_SUCCESS;
 
     /* The tag is the handle's slot, plus its generation where the tag space
      * allows, so that a stale sender is less likely to match a new handle. */
@@ -261,56 +408,127 @@ static int mpi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
         m->tag = (int)idx + 1;
     else
         return DCHAN_ERR_NO_MEMORY; /* more live handles than this MPI's tags */
-    m->pos = -1;
     m->recv = true;
     m->type = MPI_DATATYPE_NULL;
     m->req = MPI_REQUEST_NULL;
-    if (reserve(s) != DCHAN_SUCCESS)
+    m->rx = calloc(1, sizeof *m->rx + depth * sizeof(MPI_Request));
+    if (!m->rx)
         return DCHAN_ERR_NO_MEMORY;
-    rc = make_type(dchan_h_size(h), &m->type, &m->count);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Recv_init(dchan_h_buf(h), m->count, m->type, dchan_h_peer(h), m->tag, s->comm,
-                           &m->req);
+    struct mpi_rx *rx = m->rx;
+    rx->depth = depth;
+    rx->creq = MPI_REQUEST_NULL;
+    rx->cw = (struct mpi_wait){.rq = &rx->creq, .h = h, .pos = -1, .kind = W_CSEND};
+    for (uint32_t i = 0; i < depth; i++)
+        rx->reqs[i] = MPI_REQUEST_NULL;
+    m->w = (struct mpi_wait){.rq = &rx->reqs[0], .h = h, .pos = -1, .kind = W_RECV};
+    /* The head receive and a credit send. */
+    if (reserve(s, 2) != DCHAN_SUCCESS) {
+        free(rx);
+        m->rx = NULL;
+        return DCHAN_ERR_NO_MEMORY;
+    }
+    rc = make_type(size, &m->type, &m->count);
+    for (uint32_t i = 0; i < depth && rc == MPI_SUCCESS; i++)
+        rc = MPI_Recv_init((char *)dchan_h_buf(h) + (size_t)i * size, m->count, m->type,
+                           dchan_h_peer(h), m->tag, s->comm, &rx->reqs[i]);
     if (rc != MPI_SUCCESS) {
+        rx_free_reqs(rx);
         free_type(m);
-        s->nhandles--;
+        free(rx);
+        m->rx = NULL;
+        unreserve(s, 2);
         return mpi_rc(p, rc, "MPI_Recv_init");
     }
     dchan_put_le32(wire_fields, (uint32_t)m->tag);
     return DCHAN_SUCCESS;
 }
 
-static int mpi_recv_arm(dchan_handle_t *h)
+static int mpi_recv_arm(dchan_handle_t *h, uint32_t slot)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
-    if (m->pos >= 0)
+    struct mpi_rx *rx = m->rx;
+    if (slot >= rx->depth)
+        return DCHAN_ERR_INVALID_ARG;
+    if (rx->active & (1ull << slot))
         return DCHAN_SUCCESS;
-    int rc = MPI_Start(&m->req);
+    int rc = MPI_Start(&rx->reqs[slot]);
     if (rc != MPI_SUCCESS)
         return mpi_rc(p, rc, "MPI_Start (receive)");
-    started_add(p->state, h, m);
+    rx->active |= 1ull << slot;
+    if (rx->nactive++ == 0) {
+        /* Nothing outstanding: this slot is the next to fill. */
+        rx->next = slot;
+        m->w.rq = &rx->reqs[slot];
+        started_add(p->state, &m->w);
+    }
     return DCHAN_SUCCESS;
 }
 
 static void mpi_recv_close(dchan_handle_t *h)
 {
     struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
-    ((struct mpi_state *)p->state)->nhandles--;
-    if (mpi_gone()) {
-        if (m->pos >= 0)
-            started_remove(p->state, m->pos);
+    struct mpi_rx *rx = m->rx;
+    bool gone = mpi_gone();
+
+    if (m->w.pos >= 0)
+        started_remove(s, &m->w);
+    if (!gone) {
+        for (uint32_t i = 0; i < rx->depth; i++)
+            if (rx->active & (1ull << i))
+                MPI_Cancel(&rx->reqs[i]);
+        for (uint32_t i = 0; i < rx->depth; i++)
+            if (rx->active & (1ull << i))
+                MPI_Wait(&rx->reqs[i], MPI_STATUS_IGNORE);
+        rx_free_reqs(rx);
+        free_type(m);
+    }
+    rx->active = 0;
+    rx->nactive = 0;
+    unreserve(s, 1);
+    m->rx = NULL;
+    if (rx->cw.pos >= 0 && !gone) {
+        /* The core gave up waiting for the credit send: MPI still reads
+         * rx->cbuf, so rx lives on until progress sees the send complete. */
+        rx->cw.kind = W_ORPHAN;
+        rx->cw.h = NULL;
         return;
     }
-    if (m->pos >= 0) {
-        MPI_Cancel(&m->req);
-        MPI_Wait(&m->req, MPI_STATUS_IGNORE);
-        started_remove(p->state, m->pos);
+    if (rx->cw.pos >= 0)
+        started_remove(s, &rx->cw);
+    unreserve(s, 1);
+    free(rx);
+}
+
+/* Receiver: send the count; MPI keeps messages of one (source, tag,
+ * communicator) in order, so counts arrive in the order they were sent. */
+static int mpi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_rx *rx = DCHAN_PROV_PRIV(h, struct mpi_h)->rx;
+    int done = 0, rc;
+
+    if (index > (uint32_t)s->tag_ub) {
+        dchan_warn(p->ctx, "mpi", "credit index %u needs a tag above MPI_TAG_UB %d", index,
+                   s->tag_ub);
+        return DCHAN_ERR_UNSUPPORTED;
     }
-    if (m->req != MPI_REQUEST_NULL)
-        MPI_Request_free(&m->req);
-    free_type(m);
+    if (rx->cw.pos >= 0)
+        return DCHAN_ERR_AGAIN; /* the core sends one at a time: not expected */
+    /* Our own copy: the send may outlive the handle (see mpi_recv_close). */
+    rx->cbuf = *src;
+    rc = MPI_Isend(&rx->cbuf, 1, MPI_UINT64_T, dchan_h_peer(h), (int)index, s->ccomm, &rx->creq);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Test(&rx->creq, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+        return mpi_rc(p, rc, "MPI_Isend (credit)");
+    if (done)
+        return DCHAN_PROV_PUT_DONE; /* went inline, as small sends mostly do */
+    started_add(s, &rx->cw);
+    return DCHAN_SUCCESS;
 }
 
 /* ---- sender ------------------------------------------------------------------------ */
@@ -329,16 +547,16 @@ static int mpi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
     if (tag > (uint32_t)s->tag_ub)
         return DCHAN_ERR_HANDLE;
     m->tag = (int)tag;
-    m->pos = -1;
     m->recv = false;
     m->type = MPI_DATATYPE_NULL;
     m->req = MPI_REQUEST_NULL;
-    if (reserve(s) != DCHAN_SUCCESS)
+    m->w = (struct mpi_wait){.rq = &m->req, .h = h, .pos = -1, .kind = W_SEND};
+    if (reserve(s, 1) != DCHAN_SUCCESS)
         return DCHAN_ERR_NO_MEMORY;
     rc = make_type(dchan_h_size(h), &m->type, &m->count);
     if (rc != MPI_SUCCESS) {
         free_type(m);
-        s->nhandles--;
+        unreserve(s, 1);
         return mpi_rc(p, rc, "MPI_Type_create");
     }
     return DCHAN_SUCCESS;
@@ -350,15 +568,16 @@ static int mpi_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     struct mpi_state *s = p->state;
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
     int done = 0;
+    /* d->offset is not needed: the receiver posted each slot's receive at
+     * its own address, in the order puts fill them. */
     int rc = MPI_Isend(d->src, m->count, m->type, dchan_h_peer(h), m->tag, s->comm, &m->req);
     if (rc == MPI_SUCCESS)
         rc = MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
         return mpi_rc(p, rc, "MPI_Isend");
     if (done)
-        dchan_core_put_done(h, DCHAN_SUCCESS); /* sent inline: nothing to track */
-    else
-        started_add(s, h, m);
+        return DCHAN_PROV_PUT_DONE; /* sent inline: nothing to track */
+    started_add(s, &m->w);
     return DCHAN_SUCCESS;
 }
 
@@ -366,9 +585,9 @@ static void mpi_put_abandon(dchan_handle_t *h)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
-    if (m->pos < 0)
+    if (m->w.pos < 0)
         return;
-    started_remove(p->state, m->pos);
+    started_remove(p->state, &m->w);
     /* Freeing a started request lets MPI finish it on its own. */
     if (!mpi_gone())
         MPI_Request_free(&m->req);
@@ -378,17 +597,204 @@ static void mpi_put_abandon(dchan_handle_t *h)
 static void mpi_send_close(dchan_handle_t *h)
 {
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
-    if (mpi_gone()) {
-        ((struct mpi_state *)dchan_h_prov(h)->state)->nhandles--;
-        return;
+    if (!mpi_gone()) {
+        if (m->req != MPI_REQUEST_NULL)
+            MPI_Request_free(&m->req);
+        free_type(m);
     }
-    if (m->req != MPI_REQUEST_NULL)
-        MPI_Request_free(&m->req);
-    free_type(m);
-    ((struct mpi_state *)dchan_h_prov(h)->state)->nhandles--;
+    unreserve(dchan_h_prov(h)->state, 1);
+}
+
+/* A count is taken unless it is an older one of the same channel (the tag
+ * in the high half); another tag is another channel's, which the core
+ * tells apart by itself. */
+static void credit_apply(uint64_t *word, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
+    if ((cur >> 32) == (v >> 32) && (int32_t)((uint32_t)v - (uint32_t)cur) <= 0)
+        return;
+    __atomic_store_n(word, v, __ATOMIC_RELEASE);
+}
+
+/* Take every count that already arrived, then leave the receive posted
+ * and listed for the next one. The receive is started on entry. */
+static int crecv_drain(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    for (;;) {
+        MPI_Status st;
+        int flag = 0, count = -1;
+        int rc = MPI_Test(&m->creq, &flag, &st);
+        if (rc != MPI_SUCCESS)
+            return mpi_rc(p, rc, "credit receive");
+        if (!flag)
+            break;
+        MPI_Get_count(&st, MPI_UINT64_T, &count);
+        if (count == 1)
+            credit_apply(m->cword, m->cin);
+        if ((rc = MPI_Start(&m->creq)) != MPI_SUCCESS)
+            return mpi_rc(p, rc, "MPI_Start (credit receive)");
+    }
+    started_add(p->state, &m->cw);
+    return DCHAN_SUCCESS;
+}
+
+static int mpi_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    int peer = dchan_h_peer(h), rc;
+
+    if (index >= s->cwords)
+        return DCHAN_ERR_HANDLE;
+    if (index > (uint32_t)s->tag_ub) {
+        dchan_warn(p->ctx, "mpi", "credit index %u needs a tag above MPI_TAG_UB %d", index,
+                   s->tag_ub);
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    if (!s->credit[peer] && !(s->credit[peer] = calloc(s->cwords, sizeof(uint64_t))))
+        return DCHAN_ERR_NO_MEMORY;
+    if (reserve(s, 1) != DCHAN_SUCCESS)
+        return DCHAN_ERR_NO_MEMORY;
+    m->cword = &s->credit[peer][index];
+    m->creq = MPI_REQUEST_NULL;
+    m->cw = (struct mpi_wait){.rq = &m->creq, .h = h, .pos = -1, .kind = W_CRECV};
+    rc = MPI_Recv_init(&m->cin, 1, MPI_UINT64_T, peer, (int)index, s->ccomm, &m->creq);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Start(&m->creq);
+    if (rc != MPI_SUCCESS) {
+        if (m->creq != MPI_REQUEST_NULL)
+            MPI_Request_free(&m->creq);
+        unreserve(s, 1);
+        return mpi_rc(p, rc, "MPI_Recv_init (credit)");
+    }
+    /* Counts sent while no send handle listened are waiting: take them now,
+     * so that the core reads the latest at once. */
+    if ((rc = crecv_drain(h)) != DCHAN_SUCCESS) {
+        if (m->cw.pos >= 0)
+            started_remove(s, &m->cw);
+        MPI_Cancel(&m->creq);
+        MPI_Wait(&m->creq, MPI_STATUS_IGNORE);
+        MPI_Request_free(&m->creq);
+        unreserve(s, 1);
+        return rc;
+    }
+    m->copen = true;
+    *word = m->cword;
+    return DCHAN_SUCCESS;
+}
+
+static void mpi_credit_close(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    if (!m->copen)
+        return;
+    m->copen = false;
+    if (m->cw.pos >= 0)
+        started_remove(s, &m->cw);
+    unreserve(s, 1);
+    if (mpi_gone())
+        return;
+    if (m->creq != MPI_REQUEST_NULL) {
+        MPI_Status st;
+        int cancelled = 1, count = -1;
+        MPI_Cancel(&m->creq);
+        if (MPI_Wait(&m->creq, &st) == MPI_SUCCESS) {
+            MPI_Test_cancelled(&st, &cancelled);
+            /* Matched before the cancel: the count is news for the next
+             * handle on this word. */
+            if (!cancelled && MPI_Get_count(&st, MPI_UINT64_T, &count) == MPI_SUCCESS &&
+                count == 1)
+                credit_apply(m->cword, m->cin);
+        }
+        MPI_Request_free(&m->creq);
+    }
 }
 
 /* ---- progress ------------------------------------------------------------------------ */
+
+/* A receive handle's head slot completed (or failed): report it, then take
+ * the slots behind it that completed too, and list the next one. */
+static void recv_done(struct dchan_prov *p, dchan_handle_t *h, const MPI_Status *st, int err)
+{
+    struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    struct mpi_rx *rx = m->rx;
+    MPI_Status st2;
+    for (;;) {
+        int drc = mpi_rc(p, err, "receive completion");
+        if (drc == DCHAN_SUCCESS) {
+            int count = -1;
+            MPI_Get_count(st, m->type, &count);
+            drc = count == m->count ? DCHAN_SUCCESS : DCHAN_ERR_SIZE;
+        }
+        rx->active &= ~(1ull << rx->next);
+        rx->nactive--;
+        rx->next = (rx->next + 1) % rx->depth;
+        if (drc != DCHAN_SUCCESS) {
+            dchan_core_handle_error(h, drc);
+            return;
+        }
+        dchan_core_arrival(h);
+        if (rx->nactive == 0)
+            return;
+        /* Slots are started in ring order from next: it is started. */
+        if (!(rx->active & (1ull << rx->next)))
+            return;
+        int flag = 0;
+        m->w.rq = &rx->reqs[rx->next];
+        err = MPI_Test(m->w.rq, &flag, &st2);
+        if (err == MPI_SUCCESS && !flag) {
+            started_add(p->state, &m->w);
+            return;
+        }
+        st = &st2;
+    }
+}
+
+static void fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status *st, int err)
+{
+    struct mpi_state *s = p->state;
+    dchan_handle_t *h = w->h;
+    int drc;
+
+    switch (w->kind) {
+    case W_RECV:
+        recv_done(p, h, st, err);
+        break;
+    case W_SEND:
+        dchan_core_put_done(h, mpi_rc(p, err, "send completion"));
+        break;
+    case W_CSEND:
+        dchan_core_credit_done(h, mpi_rc(p, err, "credit send completion"));
+        break;
+    case W_ORPHAN:
+        unreserve(s, 1);
+        free((char *)w - offsetof(struct mpi_rx, cw));
+        break;
+    case W_CRECV: {
+        struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+        int count = -1;
+        if ((drc = mpi_rc(p, err, "credit receive")) != DCHAN_SUCCESS) {
+            dchan_core_handle_error(h, drc);
+            break;
+        }
+        MPI_Get_count(st, MPI_UINT64_T, &count);
+        if (count == 1)
+            credit_apply(m->cword, m->cin);
+        if ((err = MPI_Start(&m->creq)) != MPI_SUCCESS) {
+            dchan_core_handle_error(h, mpi_rc(p, err, "MPI_Start (credit receive)"));
+            break;
+        }
+        if ((drc = crecv_drain(h)) != DCHAN_SUCCESS)
+            dchan_core_handle_error(h, drc);
+        break;
+    }
+    }
+}
 
 static int mpi_progress(struct dchan_prov *p)
 {
@@ -422,43 +828,30 @@ static int mpi_progress(struct dchan_prov *p)
         return mpi_rc(p, rc, "MPI_Testsome");
     if (n == MPI_UNDEFINED || n == 0)
         return 0;
-    /* Persistent requests stay allocated: keep MPI's updated handle, then
-     * mark the slot so that one pass compacts the started list. */
+    /* Give each completed request back to its owner (persistent ones stay
+     * allocated), then compact the list in one pass. */
     for (int k = 0; k < n; k++) {
         int i = s->done[k];
-        DCHAN_PROV_PRIV(s->owner[i], struct mpi_h)->req = s->reqs[i];
-        s->reqs[i] = MPI_REQUEST_NULL;
+        struct mpi_wait *w = s->w[i];
+        *w->rq = s->reqs[i];
+        w->pos = -1;
+        s->fired[k] = w;
+        s->w[i] = NULL;
     }
-    /* Completed owners move to the tail of owner[] in completion order. */
-    dchan_handle_t **fired = s->owner + s->nreq; /* cap >= 2 * nhandles >= 2 * nreq */
-    for (int k = 0; k < n; k++)
-        fired[k] = s->owner[s->done[k]];
     for (int i = 0; i < s->nreq; i++) {
-        if (s->reqs[i] == MPI_REQUEST_NULL)
+        if (!s->w[i])
             continue;
         s->reqs[j] = s->reqs[i];
-        s->owner[j] = s->owner[i];
-        DCHAN_PROV_PRIV(s->owner[j], struct mpi_h)->pos = j;
+        s->w[j] = s->w[i];
+        s->w[j]->pos = j;
         j++;
     }
     s->nreq = j;
+    /* Reports may list requests again (the next slot, the credit
+     * receive), so the list is whole before the first one. */
     for (int k = 0; k < n; k++) {
-        dchan_handle_t *h = fired[k];
-        struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
         int err = rc == MPI_ERR_IN_STATUS ? s->st[k].MPI_ERROR : MPI_SUCCESS;
-        int drc = mpi_rc(p, err, "request completion");
-        m->pos = -1;
-        if (drc == DCHAN_SUCCESS && m->recv) {
-            int count = -1;
-            MPI_Get_count(&s->st[k], m->type, &count);
-            drc = count == m->count ? DCHAN_SUCCESS : DCHAN_ERR_SIZE;
-        }
-        if (drc != DCHAN_SUCCESS)
-            dchan_core_handle_error(h, drc);
-        else if (m->recv)
-            dchan_core_arrival(h);
-        else
-            dchan_core_put_done(h, DCHAN_SUCCESS);
+        fired(p, s->fired[k], &s->st[k], err);
     }
     return n;
 }
@@ -483,5 +876,9 @@ const struct dchan_provider_ops dchan_mpi_ops = {
     .put = mpi_put,
     .put_abandon = mpi_put_abandon,
     .send_close = mpi_send_close,
+    .map_slot = dchan_prov_nosys_map_slot,
+    .credit_open = mpi_credit_open,
+    .credit_close = mpi_credit_close,
+    .credit_write = mpi_credit_write,
     .progress = mpi_progress,
 };

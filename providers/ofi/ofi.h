@@ -45,14 +45,18 @@ struct ofi_mr {
     uint8_t raw[]; /* FI_MR_RAW: the raw key */
 };
 
+enum { OFI_OP_PUT = 0, OFI_OP_CREDIT };
+
 /* One posted write; its address is the operation context. */
 struct ofi_op {
     struct fi_context2 fctx; /* first: FI_CONTEXT/FI_CONTEXT2 providers write here */
-    dchan_handle_t *h;       /* sender handle; NULL once abandoned */
+    dchan_handle_t *h;       /* sender handle (a receive handle for a credit write);
+                              * NULL once abandoned or closed */
     struct ofi_orphan *orphan;
     struct ofi_op *next_free;
     int peer; /* for log lines, even once abandoned */
     bool after_loss; /* posted while the connection to peer was known lost */
+    uint8_t kind;    /* OFI_OP_* */
 };
 
 /* A receive posted for providers with FI_RX_CQ_DATA. */
@@ -67,6 +71,14 @@ struct ofi_orphan {
     unsigned nkeys;
     unsigned outstanding;
     struct ofi_orphan *next;
+};
+
+/* A peer's credit area, from its address (ofi_init.c). */
+struct ofi_cpeer {
+    uint64_t raddr; /* target address of its word 0: virtual, or offset 0 */
+    uint64_t key;
+    size_t words; /* its CREDIT_WORDS: the stride of its area */
+    bool raw_mapped;
 };
 
 struct ofi_state {
@@ -94,6 +106,7 @@ struct ofi_state {
     size_t max_msg;      /* largest single write */
     enum ofi_order ord_event, ord_tail;
     bool dc_last;        /* FI_DELIVERY_COMPLETE on the last write of every put */
+    bool word_at_target; /* the polled word must be written by the target: see ofi_open */
     struct ofi_op *ops;  /* contexts of posted writes, at most the tx queue depth */
     size_t nops;
     struct ofi_op *free_ops;
@@ -102,6 +115,20 @@ struct ofi_state {
     dchan_handle_t *pend_head, *pend_tail; /* puts with writes left to post */
     dchan_handle_t *retry_head, *retry_tail; /* puts to post again, see ofi_rma.c */
     struct ofi_orphan *orphans;
+
+    /* credit (DESIGN §7): this rank's area, word [r * credit_words + i]
+     * written by rank r only, registered for remote write, and each peer's
+     * area as it published it */
+    uint64_t *credit_area;
+    size_t credit_words;
+    struct ofi_mr *credit_mr;
+    struct ofi_cpeer *cpeer;
+    bool credit_inject; /* fi_inject_write: the provider orders write after write */
+    /* Sources of credit writes with a completion, one per operation
+     * context (registered where FI_MR_LOCAL asks for it). */
+    uint64_t *csrc;
+    struct ofi_mr *csrc_mr;
+    void *csrc_desc;
 
     unsigned char *addr; /* what peers need: see ofi_init.c */
     size_t addr_len;
@@ -116,7 +143,10 @@ struct ofi_sh {
     uint64_t raddr, rkey;         /* receive buffer: target address of byte 0, key */
     uint64_t seq_raddr, seq_rkey; /* FLAG: the receiver's sequence word */
     uint64_t cq_data;             /* EVENT: the receive handle's id (and generation) */
+    bool dc_last;    /* FI_DELIVERY_COMPLETE on this handle's last writes (send_open) */
+    bool quiet_data; /* OFI_CQ_QUIET as remote CQ data on the SENTINEL/FLAG last write */
     /* the put in flight */
+    size_t off;  /* its slot's offset in the receive buffer */
     size_t bulk; /* bytes [0, bulk) go as plain writes, then the last write */
     size_t next; /* next byte of the bulk to post */
     uint32_t outstanding;
@@ -134,9 +164,14 @@ struct ofi_sh {
 
 enum { OFI_PH_IDLE = 0, OFI_PH_BULK, OFI_PH_LAST };
 
+/* Remote CQ data that names no handle (no handle id is 0): it only takes
+ * a write through the target's own progress (shm, see ofi_open). */
+#define OFI_CQ_QUIET 0
+
 /* Receiver per-handle state. */
 struct ofi_rh {
     struct dchan_reg *buf_reg, *seq_reg;
+    struct ofi_op *credit_op; /* a credit write in flight */
 };
 
 /* The wire's provider fields (ofi_mr.c). */
@@ -177,5 +212,7 @@ void dchan_ofi_put_abandon(dchan_handle_t *h);
 void dchan_ofi_send_close(dchan_handle_t *h);
 int dchan_ofi_progress(struct dchan_prov *p);
 void dchan_ofi_orphans_release(struct ofi_state *st);
+int dchan_ofi_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
+int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 
 #endif

@@ -400,13 +400,18 @@ static void set_desc(struct dchan_prov *p, const char *fmt, ...)
 /* ---- the endpoint ---------------------------------------------------------------- */
 
 /* Peers' addresses as shipped through the bootstrap:
- *   0  4  magic "DOFA"
+ *   0  4  magic "DOFB"
  *   4  8  FNV-1a of the libfabric provider name (every rank must agree)
  *  12  8  host identity (shm reaches only its own host)
  *  20  2  length n of the libfabric address
- *  22  n  the address, then a NUL (FI_ADDR_STR formats are strings) */
-#define ADDR_MAGIC 0x41464f44u
-#define ADDR_HDR 22
+ *  22  2  length m of the credit area's raw key (FI_MR_RAW), else 0
+ *  24  4  words per peer in the credit area (this rank's CREDIT_WORDS)
+ *  28  8  credit area: target address of word 0 (virtual address, or 0)
+ *  36  8  credit area: key, or with raw keys the region's base address
+ *  44  n  the address, then a NUL (FI_ADDR_STR formats are strings)
+ *  45+n m the raw key */
+#define ADDR_MAGIC 0x42464f44u
+#define ADDR_HDR 44
 
 static uint64_t host_id(void)
 {
@@ -433,6 +438,13 @@ static void state_free(struct ofi_state *st)
         fi_close(&st->ep->fid);
     dchan_ofi_orphans_release(st);
     dchan_ofi_mr_close_all(st);
+    /* Ours, not the registration cache's: closed above, freed here. */
+    free(st->credit_mr);
+    free(st->csrc_mr);
+    if (st->cpeer)
+        for (int r = 0; r < st->nranks; r++)
+            if (st->cpeer[r].raw_mapped)
+                fi_mr_unmap_key(st->domain, st->cpeer[r].key);
     if (st->av)
         fi_close(&st->av->fid);
     if (st->cq)
@@ -445,6 +457,9 @@ static void state_free(struct ofi_state *st)
         fi_freeinfo(st->info);
     free(st->peers);
     free(st->conn_lost);
+    free(st->cpeer);
+    free(st->credit_area);
+    free(st->csrc);
     free(st->ops);
     free(st->rx);
     free(st->addr);
@@ -456,6 +471,55 @@ int dchan_ofi_post_rx(struct ofi_state *st, struct ofi_rx *rx)
     /* Zero bytes: with FI_RX_CQ_DATA the remote CQ data consumes the
      * receive, the data itself goes to the RMA target. */
     return (int)fi_recv(st->ep, NULL, 0, NULL, FI_ADDR_UNSPEC, rx);
+}
+
+/*
+ * The credit area: nranks x CREDIT_WORDS zeroed words registered for remote
+ * write (a peer writes only its own row), like a receive buffer, so every
+ * mr_mode bit is followed by dchan_ofi_mr_reg; its target address and key
+ * travel in the endpoint address. Credit writes are 8-byte fi_inject_write
+ * where the provider orders write after write, so that a later count can
+ * never be overtaken by an earlier one; elsewhere (shm: its fast path
+ * writes from the initiator while its queued writes wait for the target)
+ * each goes with FI_DELIVERY_COMPLETE from a source of its own, and the
+ * core starts the next only once it completed.
+ */
+static int credit_area_open(struct dchan_prov *p, struct ofi_state *st)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), len;
+    void *mem = NULL;
+    int rc;
+
+    st->credit_words = dchan_ctx_params(p->ctx)->CREDIT_WORDS;
+    if (st->credit_words == 0 ||
+        st->credit_words > SIZE_MAX / sizeof(uint64_t) / (size_t)st->nranks)
+        return -FI_EINVAL;
+    len = (size_t)st->nranks * st->credit_words * sizeof(uint64_t);
+    if (posix_memalign(&mem, page, (len + page - 1) / page * page) != 0)
+        return -FI_ENOMEM;
+    memset(mem, 0, len);
+    st->credit_area = mem;
+    p->state = st; /* what dchan_ofi_mr_reg works on */
+    rc = dchan_ofi_mr_reg(p, st->credit_area, len, DCHAN_ACCESS_REMOTE_WRITE,
+                          (void **)&st->credit_mr);
+    if (rc != DCHAN_SUCCESS)
+        return rc == DCHAN_ERR_NO_MEMORY ? -FI_ENOMEM : -FI_EOTHER;
+    if ((st->mr_mode & FI_MR_RAW) && st->credit_mr->raw_len == 0)
+        return -FI_EOTHER;
+    st->credit_inject = rma_waw(st->info) && st->info->tx_attr->inject_size >= sizeof(uint64_t);
+    if (st->credit_inject)
+        return 0;
+    st->csrc = calloc(st->nops, sizeof *st->csrc);
+    if (!st->csrc)
+        return -FI_ENOMEM;
+    if (st->mr_local) {
+        rc = dchan_ofi_mr_reg(p, st->csrc, st->nops * sizeof *st->csrc, DCHAN_ACCESS_SEND,
+                              (void **)&st->csrc_mr);
+        if (rc != DCHAN_SUCCESS)
+            return rc == DCHAN_ERR_NO_MEMORY ? -FI_ENOMEM : -FI_EOTHER;
+        st->csrc_desc = st->csrc_mr->desc;
+    }
+    return 0;
 }
 
 /* Open everything on one fi_info; *what names the step that failed. */
@@ -476,7 +540,8 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
     st->info = fi_dupinfo(cand);
     st->peers = calloc((size_t)st->nranks, sizeof *st->peers);
     st->conn_lost = calloc((size_t)st->nranks, sizeof *st->conn_lost);
-    if (!st->info || !st->peers || !st->conn_lost)
+    st->cpeer = calloc((size_t)st->nranks, sizeof *st->cpeer);
+    if (!st->info || !st->peers || !st->conn_lost || !st->cpeer)
         goto fail;
     if (st->info->next) {
         fi_freeinfo(st->info->next); /* fi_dupinfo copies one entry; be sure */
@@ -530,16 +595,7 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
         ret = -FI_ETOOSMALL;
         goto fail;
     }
-    st->addr_len = ADDR_HDR + name_len + 1;
-    st->addr = calloc(1, st->addr_len);
     ret = -FI_ENOMEM;
-    if (!st->addr)
-        goto fail;
-    dchan_put_le32(st->addr, ADDR_MAGIC);
-    dchan_put_le64(st->addr + 4, dchan_fnv1a64(core_name(st->info), strlen(core_name(st->info))));
-    dchan_put_le64(st->addr + 12, host_id());
-    dchan_put_le16(st->addr + 20, (uint16_t)name_len);
-    memcpy(st->addr + ADDR_HDR, name, name_len);
 
     /* Contexts for our writes: never more in flight than the queue holds. */
     st->nops = st->info->tx_attr->size ? st->info->tx_attr->size : 256;
@@ -572,10 +628,35 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
     st->next_key = 1;
     st->same_host_only = strcmp(core_name(st->info), "shm") == 0 ||
                          ((st->info->caps & FI_LOCAL_COMM) && !(st->info->caps & FI_REMOTE_COMM));
+
+    *what = "credit area";
+    ret = credit_area_open(p, st);
+    if (ret)
+        goto fail;
+    const struct ofi_mr *cm = st->credit_mr;
+    size_t raw_len = (st->mr_mode & FI_MR_RAW) ? cm->raw_len : 0;
+    ret = -FI_ENOMEM;
+    st->addr_len = ADDR_HDR + name_len + 1 + raw_len;
+    st->addr = calloc(1, st->addr_len);
+    if (!st->addr || raw_len > UINT16_MAX)
+        goto fail;
+    dchan_put_le32(st->addr, ADDR_MAGIC);
+    dchan_put_le64(st->addr + 4, dchan_fnv1a64(core_name(st->info), strlen(core_name(st->info))));
+    dchan_put_le64(st->addr + 12, host_id());
+    dchan_put_le16(st->addr + 20, (uint16_t)name_len);
+    dchan_put_le16(st->addr + 22, (uint16_t)raw_len);
+    dchan_put_le32(st->addr + 24, (uint32_t)st->credit_words);
+    dchan_put_le64(st->addr + 28, (st->mr_mode & FI_MR_VIRT_ADDR)
+                                      ? (uint64_t)(uintptr_t)st->credit_area : 0);
+    dchan_put_le64(st->addr + 36, raw_len ? cm->raw_base : cm->key);
+    memcpy(st->addr + ADDR_HDR, name, name_len);
+    memcpy(st->addr + ADDR_HDR + name_len + 1, cm->raw, raw_len);
+    p->state = NULL; /* ofi_open sets it once chosen */
     *out = st;
     return 0;
 
 fail:
+    p->state = NULL;
     state_free(st);
     return ret;
 }
@@ -651,6 +732,20 @@ static int ofi_open(struct dchan_prov *p)
      * either way (1.17 tells the initiator nothing of a write to a closed
      * region), and pays for delivery completion with a slower protocol. */
     st->dc_last = strcmp(core_name(st->info), "shm") != 0;
+    /*
+     * The word the receiver polls (the SENTINEL tail, the FLAG sequence
+     * word) must not be torn. shm's fast path for a write without remote CQ
+     * data or delivery completion is the initiator's process_vm_writev
+     * straight into the receiver's memory, whose kernel copy stores the 8
+     * bytes in no set order (a poll saw the tail's last byte new and the
+     * seven others still the sentinel, about once in ten credit-small
+     * runs). A write with remote CQ data goes through shm's command queue
+     * and is applied by the receiver's own progress, which none of its
+     * polls runs into: the last write carries OFI_CQ_QUIET, which costs the
+     * receiver a completion to skip and the sender nothing (delivery
+     * completion, the other way off the fast path, costs it a round trip).
+     */
+    st->word_at_target = !st->dc_last;
     p->state = st;
     p->modes = pl.modes;
     p->default_detect = pl.default_detect;
@@ -684,6 +779,10 @@ static int ofi_open(struct dchan_prov *p)
                    st->info->domain_attr->data_progress == FI_PROGRESS_AUTO ? "automatic"
                                                                             : "manual",
                    st->dc_last ? "yes" : "no");
+        dchan_info(p->ctx, OFI_NAME, "credit area of %zu words per rank; credit writes %s",
+                   st->credit_words,
+                   st->credit_inject ? "by fi_inject_write (write-after-write ordered)"
+                                     : "with delivery completion, one at a time per channel");
     }
     fi_freeinfo(list);
     return DCHAN_SUCCESS;
@@ -697,9 +796,10 @@ static int ofi_connect(struct dchan_prov *p, const void *addrs, size_t len)
 
     for (int r = 0; r < st->nranks; r++) {
         const unsigned char *a = all + (size_t)r * len;
-        size_t n;
+        size_t n, m;
         if (len < ADDR_HDR + 1 || dchan_get_le32(a) != ADDR_MAGIC ||
-            (n = dchan_get_le16(a + 20)) + ADDR_HDR + 1 > len) {
+            (n = dchan_get_le16(a + 20)) + (m = dchan_get_le16(a + 22)) + ADDR_HDR + 1 > len ||
+            dchan_get_le32(a + 24) == 0 || !m != !(st->mr_mode & FI_MR_RAW)) {
             set_desc(p, "malformed endpoint address from rank %d", r);
             return DCHAN_ERR_PROVIDER;
         }
@@ -717,6 +817,22 @@ static int ofi_connect(struct dchan_prov *p, const void *addrs, size_t len)
         if (ret != 1) {
             set_desc(p, "fi_av_insert of rank %d failed", r);
             return dchan_ofi_rc(p, ret < 0 ? ret : -FI_EINVAL, "fi_av_insert");
+        }
+        /* Where this rank's credit writes to r go. */
+        struct ofi_cpeer *c = &st->cpeer[r];
+        c->words = dchan_get_le32(a + 24);
+        c->raddr = dchan_get_le64(a + 28);
+        c->key = dchan_get_le64(a + 36);
+        if (m) {
+            uint64_t key;
+            ret = fi_mr_map_raw(st->domain, c->key, (uint8_t *)(uintptr_t)(a + ADDR_HDR + n + 1),
+                                m, &key, 0);
+            if (ret) {
+                set_desc(p, "fi_mr_map_raw of rank %d's credit area failed", r);
+                return dchan_ofi_rc(p, ret, "fi_mr_map_raw (credit area)");
+            }
+            c->key = key;
+            c->raw_mapped = true;
         }
     }
     return DCHAN_SUCCESS;
@@ -749,5 +865,9 @@ const struct dchan_provider_ops dchan_ofi_ops = {
     .put = dchan_ofi_put,
     .put_abandon = dchan_ofi_put_abandon,
     .send_close = dchan_ofi_send_close,
+    .map_slot = dchan_prov_nosys_map_slot, /* peers' memory is never mapped here */
+    .credit_open = dchan_ofi_credit_open,
+    .credit_close = dchan_prov_noop_credit_close,
+    .credit_write = dchan_ofi_credit_write,
     .progress = dchan_ofi_progress,
 };

@@ -101,6 +101,7 @@ static int post(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s, const
     st->free_ops = op->next_free;
     op->next_free = NULL;
     op->h = h;
+    op->kind = OFI_OP_PUT;
     op->peer = dchan_h_peer(h);
     op->after_loss = st->conn_lost[op->peer];
     s->outstanding++;
@@ -190,8 +191,8 @@ static int advance(struct dchan_prov *p, dchan_handle_t *h, struct ofi_sh *s)
 
     while (!s->err && !s->unsent && s->next < s->bulk) {
         size_t len = s->bulk - s->next < st->max_msg ? s->bulk - s->next : st->max_msg;
-        ret = post(st, h, s, src + s->next, len, s->buf_desc, s->raddr + s->next, s->rkey,
-                   ord == OFI_ORD_COMPLETION ? FI_DELIVERY_COMPLETE : 0, 0);
+        ret = post(st, h, s, src + s->next, len, s->buf_desc, s->raddr + s->off + s->next,
+                   s->rkey, ord == OFI_ORD_COMPLETION ? FI_DELIVERY_COMPLETE : 0, 0);
         if (ret == -FI_EAGAIN)
             return ret;
         if (ret && dchan_ofi_unsent(ret)) {
@@ -210,20 +211,20 @@ static int advance(struct dchan_prov *p, dchan_handle_t *h, struct ofi_sh *s)
     if (s->bulk && ord == OFI_ORD_COMPLETION && s->outstanding)
         return 0;
     uint64_t fl = s->bulk && ord == OFI_ORD_FENCE ? FI_FENCE | FI_DELIVERY_COMPLETE : 0;
-    if (st->dc_last)
+    if (s->dc_last)
         fl |= FI_DELIVERY_COMPLETE;
     switch (detect) {
     case DCHAN_DETECT_EVENT:
-        ret = post(st, h, s, src + s->bulk, size - s->bulk, s->buf_desc, s->raddr + s->bulk,
-                   s->rkey, fl | FI_REMOTE_CQ_DATA, s->cq_data);
+        ret = post(st, h, s, src + s->bulk, size - s->bulk, s->buf_desc,
+                   s->raddr + s->off + s->bulk, s->rkey, fl | FI_REMOTE_CQ_DATA, s->cq_data);
         break;
     case DCHAN_DETECT_FLAG:
         ret = post(st, h, s, dchan_h_seq_word(h), sizeof(uint64_t), s->seq_desc, s->seq_raddr,
-                   s->seq_rkey, fl, 0);
+                   s->seq_rkey, fl | (s->quiet_data ? FI_REMOTE_CQ_DATA : 0), OFI_CQ_QUIET);
         break;
     default: /* SENTINEL */
-        ret = post(st, h, s, src + size - 8, 8, s->buf_desc, s->raddr + size - 8, s->rkey, fl,
-                   0);
+        ret = post(st, h, s, src + size - 8, 8, s->buf_desc, s->raddr + s->off + size - 8,
+                   s->rkey, fl | (s->quiet_data ? FI_REMOTE_CQ_DATA : 0), OFI_CQ_QUIET);
         break;
     }
     if (ret == -FI_EAGAIN)
@@ -319,6 +320,7 @@ int dchan_ofi_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         s->bulk = d->size - 8;
         break;
     }
+    s->off = d->offset; /* the core only hands us the send buffer (no map_slot) */
     s->next = 0;
     s->err = 0;
     s->backoff = 0;
@@ -402,7 +404,8 @@ int dchan_ofi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
     int rc;
 
     memset(&w, 0, sizeof w);
-    rc = dchan_reg_get(p, buf, dchan_h_size(h), DCHAN_ACCESS_REMOTE_WRITE, &r->buf_reg);
+    /* Every slot: the sender writes slot n at n * size. */
+    rc = dchan_reg_get(p, buf, dchan_h_span(h), DCHAN_ACCESS_REMOTE_WRITE, &r->buf_reg);
     if (rc != DCHAN_SUCCESS)
         return rc;
     if (flag) {
@@ -439,6 +442,11 @@ put_buf:
 void dchan_ofi_recv_close(dchan_handle_t *h)
 {
     struct ofi_rh *r = DCHAN_PROV_PRIV(h, struct ofi_rh);
+    /* A credit write still in flight completes without its handle (the
+     * core waited for it as long as it would); its source is ours. */
+    if (r->credit_op)
+        r->credit_op->h = NULL;
+    r->credit_op = NULL;
     /* Writes still aimed at the buffer now fail at their sender. */
     dchan_reg_put(r->seq_reg);
     dchan_reg_put(r->buf_reg);
@@ -506,6 +514,23 @@ int dchan_ofi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
                 goto put_buf;
             s->seq_desc = ((struct ofi_mr *)dchan_reg_mr(s->seq_reg))->desc;
         }
+    }
+    /*
+     * With k > 1 slots the sender runs ahead of the receiver, so put n+1
+     * may start before put n was seen. The core assigns EVENT arrivals to
+     * slots in the order of their CQ data, and takes every FLAG count up to
+     * the one it sees: both need put n's last write processed at the target
+     * before put n+1's. The core starts a put only once the previous one
+     * completed locally; with delivery completion of the last write that
+     * local completion means the target processed it (tcp has it anyway,
+     * dc_last). SENTINEL needs nothing: each slot has its own tail, polled
+     * in slot order, and each tail is ordered after its own body.
+     */
+    s->dc_last = st->dc_last || (dchan_h_depth(h) > 1 && detect != DCHAN_DETECT_SENTINEL);
+    /* The polled word through the target's progress (ofi_open). */
+    if (!s->dc_last && st->word_at_target && detect != DCHAN_DETECT_EVENT) {
+        s->quiet_data = st->cq_data > 0;
+        s->dc_last = !s->quiet_data;
     }
     if (detect == DCHAN_DETECT_EVENT)
         s->cq_data = st->cq_data >= 8
@@ -604,6 +629,76 @@ void dchan_ofi_orphans_release(struct ofi_state *st)
         orphan_release(st, st->orphans);
 }
 
+/* ---- credit ---------------------------------------------------------------------------------- */
+
+int dchan_ofi_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    struct ofi_state *st = dchan_h_prov(h)->state;
+    if (index >= st->credit_words)
+        return DCHAN_ERR_HANDLE; /* the receiver's index would land in another row */
+    *word = &st->credit_area[(size_t)dchan_h_peer(h) * st->credit_words + index];
+    return DCHAN_SUCCESS;
+}
+
+int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct ofi_state *st = p->state;
+    int peer = dchan_h_peer(h);
+    const struct ofi_cpeer *c = &st->cpeer[peer];
+    ssize_t ret;
+
+    if (index >= c->words)
+        return DCHAN_ERR_HANDLE;
+    /* Our row of the sender's area, with the stride it published. */
+    uint64_t raddr = c->raddr + ((uint64_t)dchan_ctx_rank(p->ctx) * c->words + index) * 8;
+    if (st->credit_inject) {
+        /* No completion, so no error either. A connection that tcp drops
+         * (under a write to a closed region) may take it along: the sender
+         * then sees that credit only with this channel's next return, and
+         * a sender left without any waits for good. A known limit: the
+         * drop itself comes from a channel broken by its own user. */
+        ret = fi_inject_write(st->ep, src, sizeof *src, st->peers[peer], raddr, c->key);
+        if (ret == 0)
+            return DCHAN_PROV_PUT_DONE;
+        /* Not sent: the core tries again from progress. */
+        if (ret == -FI_EAGAIN || dchan_ofi_unsent((int)ret))
+            return DCHAN_ERR_AGAIN;
+        return dchan_ofi_rc(p, (int)ret, "fi_inject_write (credit)");
+    }
+
+    struct ofi_op *op = st->free_ops;
+    if (!op)
+        return DCHAN_ERR_AGAIN;
+    uint64_t *csrc = &st->csrc[op - st->ops];
+    *csrc = *src; /* the handle may be gone before the write completes */
+    struct iovec iov = {.iov_base = csrc, .iov_len = sizeof *csrc};
+    struct fi_rma_iov rma = {.addr = raddr, .len = sizeof *csrc, .key = c->key};
+    void *desc = st->csrc_desc;
+    struct fi_msg_rma msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = st->peers[peer];
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = op;
+    ret = fi_writemsg(st->ep, &msg, FI_COMPLETION | FI_DELIVERY_COMPLETE);
+    if (ret == -FI_EAGAIN || (ret && dchan_ofi_unsent((int)ret)))
+        return DCHAN_ERR_AGAIN;
+    if (ret)
+        return dchan_ofi_rc(p, (int)ret, "fi_writemsg (credit)");
+    st->free_ops = op->next_free;
+    op->next_free = NULL;
+    op->h = h;
+    op->kind = OFI_OP_CREDIT;
+    op->peer = peer;
+    op->after_loss = st->conn_lost[peer];
+    DCHAN_PROV_PRIV(h, struct ofi_rh)->credit_op = op;
+    return DCHAN_SUCCESS;
+}
+
 /* ---- progress ------------------------------------------------------------------------------ */
 
 /* Was the write surely not delivered, so that posting it again cannot
@@ -631,6 +726,16 @@ static void write_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int 
         st->conn_lost[op->peer] = false;
     else if (dchan_ofi_reset(fi_err))
         st->conn_lost[op->peer] = true;
+    if (op->kind == OFI_OP_CREDIT) {
+        op_free(st, op);
+        if (h) {
+            DCHAN_PROV_PRIV(h, struct ofi_rh)->credit_op = NULL;
+            /* Lost or not, the count it carried cannot be told to have
+             * landed: the channel fails rather than wait forever. */
+            dchan_core_credit_done(h, fi_err ? rc : DCHAN_SUCCESS);
+        }
+        return;
+    }
     op_free(st, op);
     if (o) {
         if (--o->outstanding == 0)
@@ -731,8 +836,9 @@ int dchan_ofi_progress(struct dchan_prov *p)
             struct ofi_rx *rx = rx_of(st, ent[k].op_context);
             if (rx)
                 rx_done(p, rx, false);
-            if (ent[k].flags & FI_REMOTE_CQ_DATA)
-                arrival(p, st->cq_data >= 8 ? ent[k].data : (uint32_t)ent[k].data);
+            uint64_t data = st->cq_data >= 8 ? ent[k].data : (uint32_t)ent[k].data;
+            if ((ent[k].flags & FI_REMOTE_CQ_DATA) && data != OFI_CQ_QUIET)
+                arrival(p, data);
         }
         events += (int)n;
         if ((size_t)n < sizeof ent / sizeof ent[0])

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "provider.h"
@@ -30,7 +31,9 @@ static int self_open(struct dchan_prov *p)
 {
     p->default_detect = DCHAN_DETECT_EVENT;
     p->addr_len = 0;
-    return DCHAN_SUCCESS;
+    /* The credit area: the only peer is this rank. */
+    p->state = calloc(dchan_ctx_params(p->ctx)->CREDIT_WORDS, sizeof(uint64_t));
+    return p->state ? DCHAN_SUCCESS : DCHAN_ERR_NO_MEMORY;
 }
 
 static int self_connect(struct dchan_prov *p, const void *addrs, size_t len)
@@ -40,6 +43,8 @@ static int self_connect(struct dchan_prov *p, const void *addrs, size_t len)
 
 static void self_close(struct dchan_prov *p)
 {
+    free(p->state);
+    p->state = NULL;
 }
 
 static int self_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
@@ -57,7 +62,7 @@ static dchan_handle_t *target(dchan_handle_t *h)
     struct dchan_prov *p = dchan_h_prov(h);
     dchan_handle_t *r = dchan_ctx_recv_handle(p->ctx, DCHAN_PROV_PRIV(h, struct self_h)->recv_id);
     if (!r || dchan_h_gen(r) != dchan_h_gen(h) || dchan_h_prov(r) != p ||
-        dchan_h_size(r) != dchan_h_size(h) ||
+        dchan_h_size(r) != dchan_h_size(h) || dchan_h_depth(r) != dchan_h_depth(h) ||
         dchan_h_detect(r) != dchan_h_detect(h) || dchan_h_peer(r) != dchan_ctx_rank(p->ctx))
         return NULL;
     return r;
@@ -78,10 +83,10 @@ static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     if (!r)
         return DCHAN_ERR_PEER; /* the receive handle was destroyed */
     /* Never overwrite data the application still holds. */
-    int rc = dchan_core_recv_writable(r);
+    int rc = dchan_core_recv_writable(r, d->slot);
     if (rc != DCHAN_SUCCESS)
         return rc;
-    char *dst = dchan_h_buf(r);
+    char *dst = (char *)dchan_h_buf(r) + d->offset;
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
         uint64_t tail;
@@ -91,14 +96,37 @@ static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         break;
     }
     case DCHAN_DETECT_FLAG:
-        memmove(dst, d->src, d->size);
+        if (d->src)
+            memmove(dst, d->src, d->size);
         __atomic_store_n(dchan_h_seq_word(r), d->seq, __ATOMIC_RELEASE);
         break;
     default:
-        memmove(dst, d->src, d->size);
+        if (d->src)
+            memmove(dst, d->src, d->size);
         dchan_core_arrival(r);
         break;
     }
+    return DCHAN_PROV_PUT_DONE;
+}
+
+static int self_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
+{
+    dchan_handle_t *r = target(h);
+    if (!r)
+        return DCHAN_ERR_UNSUPPORTED; /* the put will report the receiver gone */
+    *ptr = (char *)dchan_h_buf(r) + offset;
+    return DCHAN_SUCCESS;
+}
+
+static int self_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    *word = (uint64_t *)dchan_h_prov(h)->state + index;
+    return DCHAN_SUCCESS;
+}
+
+static int self_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    __atomic_store_n((uint64_t *)dchan_h_prov(h)->state + index, *src, __ATOMIC_RELEASE);
     return DCHAN_PROV_PUT_DONE;
 }
 
@@ -127,5 +155,9 @@ const struct dchan_provider_ops dchan_self_ops = {
     .put = self_put,
     .put_abandon = dchan_prov_noop_put_abandon,
     .send_close = self_send_close,
+    .map_slot = self_map_slot,
+    .credit_open = self_credit_open,
+    .credit_close = dchan_prov_noop_credit_close,
+    .credit_write = self_credit_write,
     .progress = dchan_prov_noop_progress,
 };

@@ -100,6 +100,7 @@ struct shm_addr {
     uint64_t job_key;
     uint64_t base; /* the segment's address in its owner */
     uint64_t size;
+    uint64_t credit_off; /* the credit area: nranks * CREDIT_WORDS words */
     int32_t pid, fd;
 };
 
@@ -109,6 +110,7 @@ struct shm_peer {
     pid_t pid;
     struct shm_slot *ring;
     uint64_t ring_mask, data_off;
+    uint64_t *credit; /* the peer's credit area in our mapping: our row is ours to write */
     uint64_t head_seen; /* the peer's ring_head as last read */
 };
 
@@ -123,6 +125,8 @@ struct shm_state {
     char *base;
     size_t size;
     uint64_t data_off; /* private copy: peers can write the header */
+    uint64_t *credit;  /* own credit area: row r is written by rank r */
+    size_t credit_words;
     struct shm_hdr *hdr;
     struct shm_ring rx; /* the own ring, consumed by progress */
     struct shm_addr addr;
@@ -261,15 +265,30 @@ static int shm_open_(struct dchan_prov *p)
     s->hdr->ring_slots = slots;
     s->hdr->data_off = data_off;
     __atomic_store_n(&s->hdr->magic, SHM_MAGIC, __ATOMIC_RELEASE);
-    s->ext[0] = (struct shm_ext){data_off, size - data_off, 0};
-    s->next = 1;
+    /* The credit area opens the data area, where peers find it from what
+     * this rank publishes; the segment is fresh, so it reads zero. */
+    s->credit_words = pv->CREDIT_WORDS;
+    uint64_t credit_bytes = ((uint64_t)dchan_ctx_nranks(ctx) * s->credit_words * 8 + SHM_ALIGN - 1) &
+                            ~(uint64_t)(SHM_ALIGN - 1);
+    if (credit_bytes >= size - data_off) {
+        dchan_err(ctx, "shm", "DCHAN_SHM_SEGMENT_SIZE=%lu leaves no room for %lu credit words "
+                  "per rank",
+                  pv->SHM_SEGMENT_SIZE, pv->CREDIT_WORDS);
+        errno = EINVAL;
+        goto fail;
+    }
+    s->credit = (uint64_t *)(s->base + data_off);
+    s->ext[0] = (struct shm_ext){data_off, credit_bytes, 1};
+    s->ext[1] = (struct shm_ext){data_off + credit_bytes, size - data_off - credit_bytes, 0};
+    s->next = 2;
 
     s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
-                                (int32_t)getpid(), s->fd};
+                                data_off, (int32_t)getpid(), s->fd};
     s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){.base = s->base, .size = size,
                                                      .pid = getpid(), .ring = ring,
                                                      .ring_mask = slots - 1,
-                                                     .data_off = data_off};
+                                                     .data_off = data_off,
+                                                     .credit = s->credit};
     p->state = s;
     p->addr = &s->addr;
     p->addr_len = sizeof s->addr;
@@ -301,8 +320,10 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
     struct stat sb;
     int fd, rc = DCHAN_ERR_UNSUPPORTED;
 
+    uint64_t credit_bytes = (uint64_t)dchan_ctx_nranks(ctx) * s->credit_words * 8;
     if (a->job_key != dchan_ctx_job_key(ctx) || a->pid <= 0 || a->fd < 0 ||
-        a->size != s->size) {
+        a->size != s->size || a->credit_off % 8 || a->credit_off > a->size ||
+        credit_bytes > a->size - a->credit_off) {
         dchan_info(ctx, "shm", "rank %d published a segment that is not this job's", r);
         return DCHAN_ERR_HANDLE;
     }
@@ -343,7 +364,8 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
     if (magic != SHM_MAGIC || version != SHM_VERSION || key != a->job_key || hrank != r ||
         hpid != a->pid || hsize != a->size || ring_off != SHM_HDR_BYTES ||
         slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1)) ||
-        data_off < ring_off + slots * sizeof(struct shm_slot) || data_off >= a->size) {
+        data_off < ring_off + slots * sizeof(struct shm_slot) || data_off >= a->size ||
+        a->credit_off < data_off) {
         dchan_info(ctx, "shm", "rank %d's segment header does not match this job", r);
         rc = DCHAN_ERR_HANDLE;
         goto unmap;
@@ -363,7 +385,8 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
     }
     s->peers[r] = (struct shm_peer){.base = base, .size = a->size, .pid = a->pid,
                                     .ring = (struct shm_slot *)(base + ring_off),
-                                    .ring_mask = slots - 1, .data_off = data_off};
+                                    .ring_mask = slots - 1, .data_off = data_off,
+                                    .credit = (uint64_t *)(base + a->credit_off)};
     return DCHAN_SUCCESS;
 unmap:
     munmap(base, a->size);
@@ -544,7 +567,7 @@ static int shm_recv_open(dchan_handle_t *h, unsigned char *wf)
     struct shm_state *s = st(dchan_h_prov(h));
     uint64_t where;
 
-    wf[WF_BUF_LOC] = (unsigned char)locate(s, dchan_h_buf(h), dchan_h_size(h), &where);
+    wf[WF_BUF_LOC] = (unsigned char)locate(s, dchan_h_buf(h), dchan_h_span(h), &where);
     dchan_put_le64(wf + WF_BUF, where);
     if (dchan_h_detect(h) == DCHAN_DETECT_FLAG) {
         wf[WF_SEQ_LOC] = (unsigned char)locate(s, dchan_h_seq_word(h), 8, &where);
@@ -635,7 +658,7 @@ static int shm_send_open(dchan_handle_t *h, const unsigned char *wf)
     struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
     int peer = dchan_h_peer(h), detect = dchan_h_detect(h);
     struct shm_peer *pr = &s->peers[peer];
-    uint64_t size = dchan_h_size(h), buf = dchan_get_le64(wf + WF_BUF),
+    uint64_t size = dchan_h_span(h), buf = dchan_get_le64(wf + WF_BUF),
              seq = dchan_get_le64(wf + WF_SEQ);
 
     if (!pr->base)
@@ -718,13 +741,15 @@ static int cma_write(const struct shm_sh *sh, const void *src, uint64_t va, size
     return DCHAN_SUCCESS;
 }
 
-static int write_body(const struct shm_sh *sh, const void *src, size_t len)
+/* The body into the slot at off; nothing when it was written in place
+ * (src NULL: dchan_put_ptr gave the mapped slot). */
+static int write_body(const struct shm_sh *sh, size_t off, const void *src, size_t len)
 {
-    if (len == 0)
+    if (len == 0 || !src)
         return DCHAN_SUCCESS;
     if (!sh->dst)
-        return cma_write(sh, src, sh->dst_va, len);
-    memcpy(sh->dst, src, len);
+        return cma_write(sh, src, sh->dst_va + off, len);
+    memcpy(sh->dst + off, src, len);
     if (len >= SHM_NT_FENCE_BYTES)
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return DCHAN_SUCCESS;
@@ -778,19 +803,21 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
         /* The body, then the tail: the receiver polls the tail. */
-        uint64_t tail;
+        uint64_t tail, at = d->offset + d->size - 8;
         memcpy(&tail, (const char *)d->src + d->size - 8, 8);
-        rc = write_body(sh, d->src, d->size - 8);
+        rc = write_body(sh, d->offset, d->src, d->size - 8);
         if (rc != DCHAN_SUCCESS)
             break;
         if (sh->dst)
-            __atomic_store_n((uint64_t *)(sh->dst + d->size - 8), tail, __ATOMIC_RELEASE);
+            __atomic_store_n((uint64_t *)(sh->dst + at), tail, __ATOMIC_RELEASE);
         else
-            rc = cma_write(sh, &tail, sh->dst_va + d->size - 8, 8);
+            rc = cma_write(sh, &tail, sh->dst_va + at, 8);
         break;
     }
     case DCHAN_DETECT_FLAG:
-        rc = write_body(sh, d->src, d->size);
+        if (!d->src)
+            __atomic_thread_fence(__ATOMIC_RELEASE); /* the stores made in place */
+        rc = write_body(sh, d->offset, d->src, d->size);
         if (rc != DCHAN_SUCCESS)
             break;
         if (sh->seq_dst)
@@ -804,12 +831,12 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         rc = ring_claim(sh->peer, &sl, &pos);
         if (rc != DCHAN_SUCCESS)
             return rc; /* nothing written: the core drives progress and retries */
-        if (d->size <= SHM_INLINE_BYTES) {
+        if (d->size <= SHM_INLINE_BYTES && d->src) {
             memcpy(sl->data, d->src, d->size);
             ring_publish(sl, pos, d->remote_id, (uint32_t)d->size);
             break;
         }
-        rc = write_body(sh, d->src, d->size);
+        rc = write_body(sh, d->offset, d->src, d->size);
         ring_publish(sl, pos, rc == DCHAN_SUCCESS ? d->remote_id : 0, 0);
         break;
     }
@@ -825,6 +852,41 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
 
 static void shm_send_close(dchan_handle_t *h)
 {
+}
+
+/* The receiver's slot is in our address space when its buffer is in its
+ * segment (mapped here) or in this very process. */
+static int shm_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
+{
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    if (sh->dst)
+        *ptr = sh->dst + offset;
+    else if (sh->local)
+        *ptr = (char *)(uintptr_t)sh->dst_va + offset;
+    else
+        return DCHAN_ERR_UNSUPPORTED;
+    return DCHAN_SUCCESS;
+}
+
+/* Credit: the receiver stores into its row of the sender's area, which it
+ * maps; the sender reads its own segment. */
+static int shm_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    struct shm_state *s = st(dchan_h_prov(h));
+    *word = s->credit + (size_t)dchan_h_peer(h) * s->credit_words + index;
+    return DCHAN_SUCCESS;
+}
+
+static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct shm_state *s = st(p);
+    struct shm_peer *pr = &s->peers[dchan_h_peer(h)];
+    if (!pr->credit)
+        return DCHAN_ERR_PEER;
+    uint64_t *w = pr->credit + (size_t)dchan_ctx_rank(p->ctx) * s->credit_words + index;
+    __atomic_store_n(w, *src, __ATOMIC_RELEASE);
+    return DCHAN_PROV_PUT_DONE;
 }
 
 const struct dchan_provider_ops dchan_shm_ops = {
@@ -848,5 +910,9 @@ const struct dchan_provider_ops dchan_shm_ops = {
     .put = shm_put,
     .put_abandon = dchan_prov_noop_put_abandon,
     .send_close = shm_send_close,
+    .map_slot = shm_map_slot,
+    .credit_open = shm_credit_open,
+    .credit_close = dchan_prov_noop_credit_close,
+    .credit_write = shm_credit_write,
     .progress = shm_progress,
 };

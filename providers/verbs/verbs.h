@@ -14,6 +14,11 @@
  * so no put can break it; when a data QP fails, the two sides agree over it
  * on a new epoch, from which both derive the new PSNs. Both kinds share one
  * send CQ, one shared receive queue and one receive CQ.
+ *
+ * Credit (DESIGN §7): every rank registers one credit area of nranks x
+ * CREDIT_WORDS 8-byte words for remote write and publishes its address and
+ * rkey with its QPNs. A receiver returns credit with an 8-byte RDMA WRITE on
+ * the data QP to the sender, into word [receiver * CREDIT_WORDS + index].
  */
 #ifndef DCHAN_VERBS_H
 #define DCHAN_VERBS_H
@@ -58,10 +63,12 @@ enum vrb_cstate {
 };
 
 /* What one posted data WR belongs to. */
+enum { VRB_WR_PUT = 0, VRB_WR_CREDIT = 1 };
 struct vrb_wrrec {
-    dchan_handle_t *h; /* NULL: no put (detached, or a marker) */
-    uint32_t last;     /* the put's last WR: its completion completes the put */
-    uint32_t pad;
+    dchan_handle_t *h; /* NULL: nothing to report (detached, or a marker) */
+    uint32_t last;     /* PUT: the put's last WR, its completion completes the put;
+                        * CREDIT: the core waits for dchan_core_credit_done */
+    uint32_t kind;     /* VRB_WR_*; h is a send handle for PUT, a receive one for CREDIT */
 };
 
 struct vrb_state;
@@ -84,13 +91,23 @@ struct vrb_conn {
     uint32_t target; /* DRAIN: the epoch to rebuild at */
     uint64_t drain_ns;
 
-    /* Data send queue: WRs [retired, posted) are outstanding. */
+    /* Data send queue: WRs [retired, posted) are outstanding. since_sig
+     * counts the WRs posted after the last signalled one: while it is not 0
+     * the newest WRs retire only with a later signalled WR. */
     uint64_t posted, retired;
     uint32_t since_sig;
     struct vrb_wrrec *ring;
     /* Puts flushed by a failure that was not theirs, re-issued in order
      * once the connection is up again. */
     dchan_handle_t *redo_head, *redo_tail;
+    /* Receive handles from this peer whose credit word must be (re)written
+     * once the data QP is up and has room (value in their vrb_rh). */
+    dchan_handle_t *cred_head;
+
+    /* The peer's credit area: where this rank's words start, how many
+     * there are (the peer's CREDIT_WORDS), its key. */
+    uint64_t craddr;
+    uint32_t rcw, crkey;
 
     /* Control QP. */
     uint32_t ctl_out;   /* WRs not completed */
@@ -99,6 +116,7 @@ struct vrb_conn {
     bool seen;          /* a sign of life since the last probe round */
     uint64_t alive_ns;  /* when the peer was last known alive */
     uint32_t nrecv;     /* receive handles from this peer (probed when silent) */
+    uint32_t ncredit;   /* credited send handles to it (they wait on it too) */
 
     struct vrb_conn *att_next; /* on the attention list */
     bool on_att;
@@ -136,6 +154,14 @@ struct vrb_state {
 
     uint32_t srq_owed; /* receives consumed and not posted again */
 
+    /* This rank's credit area: nranks x cw words, word [r * cw + i] written
+     * by rank r only. Without inline data, credit writes are sent from
+     * cstage (the same layout, indexed by sender), registered for local use. */
+    uint64_t *carea, *cstage;
+    struct ibv_mr *carea_mr, *cstage_mr;
+    size_t carea_len;
+    uint32_t cw;
+
     /* Local QPN -> connection index * 2 + (1 for the control QP). */
     uint32_t *qpn_key, *qpn_val;
     uint32_t qpn_mask;
@@ -157,6 +183,7 @@ struct vrb_sh {
     struct vrb_conn *c;
     struct dchan_reg *reg, *seq_reg;
     uint64_t raddr, seq_raddr;
+    uint64_t roff; /* the put in flight: its slot's offset in the receive buffer */
     uint32_t rkey, seq_rkey, lkey, seq_lkey;
     uint32_t imm; /* the receiver's handle id, network order */
     bool in_order; /* SENTINEL: one write suffices (the receiver said so) */
@@ -173,6 +200,12 @@ struct vrb_sh {
 struct vrb_rh {
     struct vrb_conn *c;
     struct dchan_reg *reg, *seq_reg;
+    /* Credit: the newest value handed to credit_write and its word. */
+    uint64_t cval;
+    uint32_t cidx;
+    bool owed;   /* credit_write returned DCHAN_SUCCESS: dchan_core_credit_done is due */
+    bool queued; /* on c->cred_head */
+    dchan_handle_t *cnext;
 };
 
 /* verbs_init.c */
@@ -203,6 +236,9 @@ void dchan_verbs_put_resolve(struct vrb_state *s, dchan_handle_t *h, int rc);
 int dchan_verbs_poll_recv(struct vrb_state *s);
 int dchan_verbs_poll_send(struct vrb_state *s);
 void dchan_verbs_srq_fill(struct vrb_state *s, bool top_up);
+bool dchan_verbs_seal(struct vrb_state *s, struct vrb_conn *c, uint32_t limit);
+void dchan_verbs_credit_redo(struct vrb_state *s, struct vrb_conn *c);
+void dchan_verbs_credit_dead(struct vrb_state *s, struct vrb_conn *c, int rc);
 int dchan_verbs_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **mr);
 void dchan_verbs_mr_dereg(struct dchan_prov *p, void *mr);
 int dchan_verbs_recv_open(dchan_handle_t *h, unsigned char *wire_fields);
@@ -211,6 +247,9 @@ int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wire_fields);
 int dchan_verbs_put(dchan_handle_t *h, const struct dchan_put_desc *d);
 void dchan_verbs_put_abandon(dchan_handle_t *h);
 void dchan_verbs_send_close(dchan_handle_t *h);
+int dchan_verbs_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
+void dchan_verbs_credit_close(dchan_handle_t *h);
+int dchan_verbs_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 int dchan_verbs_progress(struct dchan_prov *p);
 
 #endif /* DCHAN_VERBS_H */

@@ -23,7 +23,8 @@
  *     initiators at once meet at the same epoch: each answers the other's
  *     RESYNC with READY.
  *  4. Puts flushed but not at fault are re-issued, in their order, once UP;
- *     the put whose WR failed gets the error on its handle.
+ *     the put whose WR failed gets the error on its handle. Credit words
+ *     whose write was flushed are written again (the newest value).
  * A control message that cannot be delivered (transport retries exhausted)
  * means the peer is gone: every handle to and from it gets DCHAN_ERR_PEER.
  * A passive side that hears nothing for VRB_PASSIVE_NS starts the recovery
@@ -191,6 +192,7 @@ void dchan_verbs_conn_dead(struct vrb_state *s, struct vrb_conn *c, int rc)
         dchan_verbs_put_resolve(s, h, rc);
     }
     c->redo_tail = NULL;
+    dchan_verbs_credit_dead(s, c, rc);
 }
 
 /* ---- control messages ---------------------------------------------------------------- */
@@ -238,7 +240,7 @@ static void conn_up(struct vrb_state *s, struct vrb_conn *c)
     for (dchan_handle_t *h = c->redo_head; h; h = DCHAN_PROV_PRIV(h, struct vrb_sh)->redo_next)
         n++;
     c->state = VRB_UP;
-    if (c->redo_head)
+    if (c->redo_head || c->cred_head)
         dchan_verbs_att(s, c);
     dchan_info(s->p->ctx, VRB_NAME,
                "connection to rank %d rebuilt at epoch %u; re-issuing %u flushed put(s)",
@@ -265,6 +267,12 @@ static void enter_drain(struct vrb_state *s, struct vrb_conn *c, uint32_t target
         c->target = target;
         c->initiator = initiator;
         c->peer_ready = peer_ready;
+        /* Unsignalled WRs at the tail (credit writes) must complete too:
+         * a signalled WR behind them, flushed, covers them. */
+        if (c->since_sig && !dchan_verbs_seal(s, c, s->sq_depth)) {
+            dchan_verbs_conn_dead(s, c, DCHAN_ERR_PROVIDER);
+            return;
+        }
     } else {
         if ((int32_t)(target - c->target) > 0)
             c->target = target;
@@ -394,11 +402,14 @@ static bool step(struct vrb_state *s, struct vrb_conn *c)
     }
     if (c->state == VRB_UP && c->redo_head)
         redo(s, c);
+    if (c->state == VRB_UP && c->cred_head)
+        dchan_verbs_credit_redo(s, c);
     if (c->ctl_msg)
         dchan_verbs_ctl_flush(s, c);
     if (c->state == VRB_DEAD)
         return false;
-    return c->state == VRB_DRAIN || c->ctl_msg || (c->state == VRB_UP && c->redo_head);
+    return c->state == VRB_DRAIN || c->ctl_msg ||
+           (c->state == VRB_UP && (c->redo_head || c->cred_head));
 }
 
 void dchan_verbs_advance(struct vrb_state *s)
@@ -480,10 +491,11 @@ void dchan_verbs_async(struct vrb_state *s)
 
 /* ---- liveness probes ---------------------------------------------------------------------- */
 
-/* A rank that only receives from a peer would never notice its death: a
- * 0-byte RDMA WRITE on the control QP costs the peer's CPU nothing and
- * fails with a transport error when the peer is gone. A few connections per
- * call, round robin, so that the cost does not grow with the job. */
+/* A rank that only receives from a peer (or only waits for its credit)
+ * would never notice its death: a 0-byte RDMA WRITE on the control QP costs
+ * the peer's CPU nothing and fails with a transport error when the peer is
+ * gone. A few connections per call, round robin, so that the cost does not
+ * grow with the job. */
 void dchan_verbs_keepalive(struct vrb_state *s)
 {
     if (!s->keepalive_ns)
@@ -499,7 +511,7 @@ void dchan_verbs_keepalive(struct vrb_state *s)
             c->alive_ns = now;
             continue;
         }
-        if (!c->nrecv || c->state != VRB_UP || c->probing || c->ctl_out >= VRB_CTL_DEPTH ||
+        if (!(c->nrecv || c->ncredit) || c->state != VRB_UP || c->probing || c->ctl_out >= VRB_CTL_DEPTH ||
             now - c->alive_ns < s->keepalive_ns)
             continue;
         memset(&wr, 0, sizeof wr);

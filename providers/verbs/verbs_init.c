@@ -22,10 +22,13 @@
 extern const struct dchan_provider_ops dchan_verbs_ops;
 
 /* The address blob every rank publishes (little-endian): a header, then for
- * each rank r the QPNs of this rank's data and control QPs dedicated to r. */
+ * each rank r the QPNs of this rank's data and control QPs dedicated to r.
+ * Header: magic, version, RoCE, port, MTU (bytes 0..7), LID (8), nranks
+ * (12), GID (16), then the credit area: address (32), rkey (40) and words
+ * per rank (44). */
 #define VRB_ADDR_MAGIC 0x41425256u /* "VRBA" */
-#define VRB_ADDR_VERSION 1
-#define VRB_ADDR_HDR 32
+#define VRB_ADDR_VERSION 2
+#define VRB_ADDR_HDR 48
 #define VRB_ADDR_PER_RANK 8
 
 /* ---- parameters ------------------------------------------------------------------ */
@@ -361,6 +364,10 @@ static void vrb_free(struct vrb_state *s)
             free(c->ring);
         }
     }
+    if (s->cstage_mr)
+        ibv_dereg_mr(s->cstage_mr);
+    if (s->carea_mr)
+        ibv_dereg_mr(s->carea_mr);
     if (s->srq)
         ibv_destroy_srq(s->srq);
     if (s->rcq)
@@ -377,7 +384,26 @@ static void vrb_free(struct vrb_state *s)
     free(s->wr);
     free(s->sge);
     free(s->addr);
+    free(s->carea);
+    free(s->cstage);
     free(s);
+}
+
+/* Page-aligned, zeroed words for the credit area or its staging copy,
+ * registered with the access given (never relaxed ordering: the sender
+ * reads its words from memory). */
+static int credit_mem(struct vrb_state *s, int access, uint64_t **mem, struct ibv_mr **mr)
+{
+    void *p = NULL;
+    int rc = posix_memalign(&p, 4096, s->carea_len);
+    if (rc)
+        return dchan_verbs_rc(s, VRB_ERRNO, rc, "allocating the credit area");
+    memset(p, 0, s->carea_len);
+    *mem = p;
+    *mr = ibv_reg_mr(s->pd, p, s->carea_len, access);
+    if (!*mr)
+        return dchan_verbs_rc(s, VRB_ERRNO, errno ? errno : ENOMEM, "ibv_reg_mr (credit area)");
+    return DCHAN_SUCCESS;
 }
 
 /* ---- open ------------------------------------------------------------------------------- */
@@ -489,6 +515,12 @@ static int vrb_open(struct dchan_prov *p)
         rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_alloc_pd");
         goto fail;
     }
+    /* The credit area peers write into (DESIGN §7). */
+    s->cw = (uint32_t)s->pv->CREDIT_WORDS;
+    s->carea_len = (size_t)n * s->cw * sizeof(uint64_t);
+    rc = credit_mem(s, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &s->carea, &s->carea_mr);
+    if (rc != DCHAN_SUCCESS)
+        goto fail;
     s->scq = ibv_create_cq(s->ctx, (int)(n * (sq + VRB_CTL_DEPTH)), NULL, NULL, 0);
     if (!s->scq) {
         rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_create_cq (send)");
@@ -574,6 +606,12 @@ static int vrb_open(struct dchan_prov *p)
             goto fail;
         }
     }
+    if (s->max_inline < 8) {
+        /* Credit words cannot go inline: they are sent from a registered copy. */
+        rc = credit_mem(s, 0, &s->cstage, &s->cstage_mr);
+        if (rc != DCHAN_SUCCESS)
+            goto fail;
+    }
     uint64_t mm = s->pv->VERBS_MAX_MSG;
     s->max_msg = s->port.max_msg_sz;
     if (mm && mm < s->max_msg)
@@ -600,6 +638,9 @@ static int vrb_open(struct dchan_prov *p)
     dchan_put_le16(s->addr + 8, s->port.lid);
     dchan_put_le32(s->addr + 12, n);
     memcpy(s->addr + 16, s->gid.raw, 16);
+    dchan_put_le64(s->addr + 32, (uintptr_t)s->carea);
+    dchan_put_le32(s->addr + 40, s->carea_mr->rkey);
+    dchan_put_le32(s->addr + 44, s->cw);
     for (uint32_t r = 0; r < n; r++) {
         dchan_put_le32(s->addr + VRB_ADDR_HDR + r * VRB_ADDR_PER_RANK, s->conns[r].qp->qp_num);
         dchan_put_le32(s->addr + VRB_ADDR_HDR + r * VRB_ADDR_PER_RANK + 4,
@@ -669,6 +710,14 @@ static int vrb_connect(struct dchan_prov *p, const void *addrs, size_t addr_len)
         }
         if (!s->roce)
             c->ah.dlid = dchan_get_le16(a + 8);
+        /* This rank's words in the peer's credit area. */
+        c->rcw = dchan_get_le32(a + 44);
+        c->crkey = dchan_get_le32(a + 40);
+        c->craddr = dchan_get_le64(a + 32) + (uint64_t)s->rank * c->rcw * sizeof(uint64_t);
+        if (dchan_get_le64(a + 32) == 0 || c->rcw == 0) {
+            dchan_err(p->ctx, VRB_NAME, "rank %u published no credit area", r);
+            return DCHAN_ERR_PROVIDER;
+        }
         rc = dchan_verbs_conn_start(s, c);
         if (rc != DCHAN_SUCCESS)
             return rc;
@@ -722,5 +771,10 @@ const struct dchan_provider_ops dchan_verbs_ops = {
     .put = dchan_verbs_put,
     .put_abandon = dchan_verbs_put_abandon,
     .send_close = dchan_verbs_send_close,
+    /* The receiver's memory is never mapped here. */
+    .map_slot = dchan_prov_nosys_map_slot,
+    .credit_open = dchan_verbs_credit_open,
+    .credit_close = dchan_verbs_credit_close,
+    .credit_write = dchan_verbs_credit_write,
     .progress = dchan_verbs_progress,
 };

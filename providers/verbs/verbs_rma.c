@@ -20,12 +20,26 @@
  * split. Every WR carries its put in wr_id (via the connection's ring of
  * records); the last WR of each put is signalled, as is every sig_every-th,
  * so that the send queue always retires and a put completes when its own
- * last WR does. A put is posted whole or not at all.
+ * last WR does. A put is posted whole or not at all. A handle of depth k
+ * has k slots: a put writes its slot, at d->offset in the receive buffer.
+ *
+ * Credit (DESIGN §7). A receiver returns credit with one 8-byte RDMA WRITE
+ * into its word of the sender's credit area, on the same data QP as its
+ * own puts to that sender. Inline (the usual case) the value is copied into
+ * the WQE, so credit_write is done on return; the WR is signalled only as
+ * the sig_every rule says, and stays in the send queue until a later
+ * signalled WR retires it. Without inline data it is sent from a
+ * registered staging word, signalled, and dchan_core_credit_done follows
+ * its completion. A credit WR flushed by a failure of the connection is
+ * written again, with the handle's newest value, once the QP is rebuilt;
+ * the value is cumulative and tagged, so writing it twice, late, or a newer
+ * one in its place never grants a slot that is not free.
  */
 #include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,7 +107,8 @@ int dchan_verbs_recv_open(dchan_handle_t *h, unsigned char *wf)
 
     if (c->state == VRB_DEAD)
         return DCHAN_ERR_PEER;
-    rc = dchan_reg_get(p, dchan_h_buf(h), dchan_h_size(h), DCHAN_ACCESS_REMOTE_WRITE, &rh->reg);
+    /* Every slot: the buffer is depth x size bytes. */
+    rc = dchan_reg_get(p, dchan_h_buf(h), dchan_h_span(h), DCHAN_ACCESS_REMOTE_WRITE, &rh->reg);
     if (rc != DCHAN_SUCCESS)
         return rc;
     mr = dchan_reg_mr(rh->reg);
@@ -124,9 +139,68 @@ put_reg:
     return rc;
 }
 
+static void cred_unqueue(struct vrb_conn *c, dchan_handle_t *h)
+{
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    if (!rh->queued)
+        return;
+    for (dchan_handle_t **pp = &c->cred_head; *pp;
+         pp = &DCHAN_PROV_PRIV(*pp, struct vrb_rh)->cnext)
+        if (*pp == h) {
+            *pp = rh->cnext;
+            break;
+        }
+    rh->cnext = NULL;
+    rh->queued = false;
+}
+
+/* Queues h's credit word to be written from progress (the QP is being
+ * rebuilt, or its send queue is full). */
+static void cred_queue(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h)
+{
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    if (!rh->queued) {
+        rh->queued = true;
+        rh->cnext = c->cred_head;
+        c->cred_head = h;
+    }
+    dchan_verbs_att(s, c);
+}
+
 void dchan_verbs_recv_close(dchan_handle_t *h)
 {
     struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    struct vrb_conn *c = rh->c;
+    if (c) {
+        struct vrb_state *s = c->s;
+        uint64_t last = 0;
+        bool out = false;
+        /* Credit WRs still out complete without it; one not written yet
+         * never is (the word's next user writes it anew, tagged). */
+        for (uint64_t q = c->retired; q < c->posted; q++) {
+            struct vrb_wrrec *r = &c->ring[q % s->sq_depth];
+            if (r->kind == VRB_WR_CREDIT && r->h == h) {
+                r->h = NULL;
+                last = q;
+                out = true;
+            }
+        }
+        cred_unqueue(c, h);
+        rh->owed = false;
+        /* Let them complete (DESIGN §3: destroy completes what is
+         * outstanding): finalize's barrier then means no credit write is
+         * still going to a peer that may deregister its area right after. */
+        uint64_t deadline = dchan_verbs_now() + s->pv->DRAIN_TIMEOUT_MS * 1000000ull;
+        for (unsigned spins = 0; out && c->retired <= last && c->state == VRB_UP && !s->fatal;
+             spins++) {
+            dchan_verbs_seal(s, c, s->sq_usable); /* unsignalled at the tail */
+            dchan_verbs_poll_send(s);
+            if (dchan_verbs_now() > deadline)
+                break;
+            if (spins > 64)
+                sched_yield();
+        }
+    }
     /* The last reference deregisters and so revokes the rkey: a later put
      * to this buffer fails with a remote access error at its sender and
      * never writes here. */
@@ -197,26 +271,27 @@ static uint32_t build(struct vrb_state *s, const struct vrb_sh *sh)
 {
     const char *src = sh->src;
     size_t size = sh->size;
+    uint64_t raddr = sh->raddr + sh->roff; /* the slot */
     uint32_t n = 0;
 
     switch (sh->detect) {
     case DCHAN_DETECT_EVENT:
         if (size <= s->event_split && size <= s->max_msg)
-            return add_wr(s, 0, IBV_WR_RDMA_WRITE_WITH_IMM, src, size, sh->lkey, sh->raddr,
+            return add_wr(s, 0, IBV_WR_RDMA_WRITE_WITH_IMM, src, size, sh->lkey, raddr,
                           sh->rkey, sh->imm);
-        n = add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
-        return add_wr(s, n, IBV_WR_RDMA_WRITE_WITH_IMM, NULL, 0, 0, sh->raddr, sh->rkey,
+        n = add_body(s, 0, src, size, sh->lkey, raddr, sh->rkey);
+        return add_wr(s, n, IBV_WR_RDMA_WRITE_WITH_IMM, NULL, 0, 0, raddr, sh->rkey,
                       sh->imm);
     case DCHAN_DETECT_FLAG:
-        n = add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
+        n = add_body(s, 0, src, size, sh->lkey, raddr, sh->rkey);
         return add_wr(s, n, IBV_WR_RDMA_WRITE, sh->seq_src, 8, sh->seq_lkey, sh->seq_raddr,
                       sh->seq_rkey, 0);
     default:
         if (sh->in_order)
-            return add_body(s, 0, src, size, sh->lkey, sh->raddr, sh->rkey);
-        n = add_body(s, 0, src, size - 8, sh->lkey, sh->raddr, sh->rkey);
+            return add_body(s, 0, src, size, sh->lkey, raddr, sh->rkey);
+        n = add_body(s, 0, src, size - 8, sh->lkey, raddr, sh->rkey);
         return add_wr(s, n, IBV_WR_RDMA_WRITE, src + size - 8, 8, sh->lkey,
-                      sh->raddr + size - 8, sh->rkey, 0);
+                      raddr + size - 8, sh->rkey, 0);
     }
 }
 
@@ -229,12 +304,33 @@ void dchan_verbs_put_resolve(struct vrb_state *s, dchan_handle_t *h, int rc)
     dchan_core_put_done(h, rc);
 }
 
+/* Posts a signalled 0-byte WRITE (no key is checked) behind unsignalled
+ * WRs that nothing signalled follows, so that a completion retires them,
+ * if fewer than limit WRs are outstanding. True when one is posted. */
+bool dchan_verbs_seal(struct vrb_state *s, struct vrb_conn *c, uint32_t limit)
+{
+    struct ibv_send_wr wr, *bad;
+
+    if (!c->since_sig || c->posted - c->retired >= limit)
+        return false;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (c->posted & VRB_WRID_SEQ_MASK);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    c->ring[c->posted % s->sq_depth] = (struct vrb_wrrec){.h = NULL};
+    if (ibv_post_send(c->qp, &wr, &bad) != 0)
+        return false;
+    c->posted++;
+    c->since_sig = 0;
+    return true;
+}
+
 int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h)
 {
     struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
     struct vrb_conn *c = sh->c;
     struct ibv_send_wr *bad = NULL;
-    uint32_t n = build(s, sh);
+    uint32_t n = build(s, sh), since_sig = c->since_sig;
     int rc;
 
     /* Room for all of it, or none is posted: reclaim completed slots
@@ -243,8 +339,14 @@ int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h)
         dchan_verbs_poll_send(s);
         if (c->state == VRB_DEAD)
             return DCHAN_ERR_PEER;
-        if (c->state != VRB_UP || c->posted - c->retired + n > s->sq_usable)
+        if (c->state != VRB_UP)
             return DCHAN_ERR_AGAIN;
+        if (c->posted - c->retired + n > s->sq_usable) {
+            /* Unsignalled credit writes at the tail would hold their
+             * slots until some later WR is signalled: make one. */
+            dchan_verbs_seal(s, c, s->sq_usable);
+            return DCHAN_ERR_AGAIN;
+        }
     }
     for (uint32_t i = 0; i < n; i++) {
         uint64_t q = c->posted + i;
@@ -266,30 +368,25 @@ int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h)
     if (k == 0) {
         for (uint32_t i = 0; i < n; i++)
             c->ring[(c->posted + i) % s->sq_depth].h = NULL;
+        c->since_sig = since_sig; /* nothing was posted */
         return rc == ENOMEM ? DCHAN_ERR_AGAIN
                             : dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_send");
     }
     /* Part of the put went out: it fails, but through its completions, so
      * that its slots are retired in order. The device stops the QP (ERR),
-     * and a signalled marker makes sure a completion covers the part. */
-    struct ibv_send_wr marker;
+     * and a signalled marker makes sure a completion covers the part (its
+     * last WR may be unsignalled: since_sig says so to the seal). */
     for (uint32_t i = k; i < n; i++)
         c->ring[(c->posted + i) % s->sq_depth].h = NULL;
     c->ring[(c->posted + k - 1) % s->sq_depth].last = 1;
     c->posted += k;
+    c->since_sig = 1;
     sh->rc = dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_send (part of a put)");
     sh->state = VRB_PUT_POSTED;
-    dchan_verbs_data_failed(s, c, true);
+    dchan_verbs_data_failed(s, c, true); /* seals when it stops the QP */
     if (c->state == VRB_DEAD)
         return DCHAN_SUCCESS; /* resolved there */
-    memset(&marker, 0, sizeof marker);
-    marker.wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (c->posted & VRB_WRID_SEQ_MASK);
-    marker.opcode = IBV_WR_RDMA_WRITE;
-    marker.send_flags = IBV_SEND_SIGNALED;
-    c->ring[c->posted % s->sq_depth] = (struct vrb_wrrec){.h = NULL, .last = 0};
-    if (ibv_post_send(c->qp, &marker, &bad) == 0)
-        c->posted++;
-    else
+    if (c->since_sig && !dchan_verbs_seal(s, c, s->sq_depth))
         dchan_verbs_conn_dead(s, c, DCHAN_ERR_PROVIDER);
     return DCHAN_SUCCESS;
 }
@@ -303,6 +400,7 @@ int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
     struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
     struct vrb_conn *c = &s->conns[dchan_h_peer(h)];
     size_t size = dchan_h_size(h);
+    uint64_t span = (uint64_t)dchan_h_span(h); /* every slot */
     int detect = dchan_h_detect(h);
     int rc;
 
@@ -314,7 +412,7 @@ int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
     sh->seq_raddr = dchan_get_le64(wf + W_SEQ_ADDR);
     sh->seq_rkey = dchan_get_le32(wf + W_SEQ_RKEY);
     /* The QP named must be the one the receiver keeps for this rank. */
-    if (sh->raddr == 0 || sh->raddr + size < sh->raddr || dchan_get_le32(wf + W_QPN) != c->rqpn)
+    if (sh->raddr == 0 || sh->raddr + span < sh->raddr || dchan_get_le32(wf + W_QPN) != c->rqpn)
         return DCHAN_ERR_HANDLE;
     if (detect == DCHAN_DETECT_FLAG ? sh->seq_raddr == 0 || sh->seq_raddr % 8 != 0
                                     : sh->seq_raddr != 0 || sh->seq_rkey != 0)
@@ -367,8 +465,11 @@ int dchan_verbs_put(dchan_handle_t *h, const struct dchan_put_desc *d)
      * progress and retries. */
     if (c->state != VRB_UP || c->redo_head)
         return DCHAN_ERR_AGAIN;
+    if (!d->src)
+        return DCHAN_ERR_INVALID_ARG; /* in place: only where map_slot maps (never here) */
     sh->src = d->src;
     sh->size = d->size;
+    sh->roff = d->offset;
     sh->seq_src = d->seq_src;
     sh->detect = d->detect;
     sh->rc = 0;
@@ -419,6 +520,161 @@ void dchan_verbs_send_close(dchan_handle_t *h)
     sh->reg = sh->seq_reg = NULL;
 }
 
+/* ---- credit ------------------------------------------------------------------------------ */
+
+int dchan_verbs_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
+{
+    struct vrb_state *s = state_of(h);
+    /* The receiver allocated index among its own CREDIT_WORDS: it must
+     * fall in this rank's words for it. */
+    if (index >= s->cw)
+        return DCHAN_ERR_HANDLE;
+    *word = &s->carea[(size_t)dchan_h_peer(h) * s->cw + index];
+    s->conns[dchan_h_peer(h)].ncredit++;
+    return DCHAN_SUCCESS;
+}
+
+void dchan_verbs_credit_close(dchan_handle_t *h)
+{
+    state_of(h)->conns[dchan_h_peer(h)].ncredit--;
+}
+
+/* Posts receive handle h's newest credit value as one 8-byte RDMA WRITE on
+ * the data QP to its sender. DCHAN_ERR_AGAIN: no room in the send queue. */
+static int post_credit(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h)
+{
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    struct ibv_send_wr wr, *bad;
+    struct ibv_sge sge;
+    bool inl = s->max_inline >= 8;
+    uint32_t since_sig = c->since_sig;
+    int rc;
+
+    if (c->posted - c->retired + 1 > s->sq_usable)
+        return DCHAN_ERR_AGAIN;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (c->posted & VRB_WRID_SEQ_MASK);
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = c->craddr + (uint64_t)rh->cidx * sizeof(uint64_t);
+    wr.wr.rdma.rkey = c->crkey;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    sge.length = sizeof(uint64_t);
+    if (inl) {
+        /* Copied into the WQE by ibv_post_send: nothing to keep. An
+         * unsignalled WR holds its slot until a later signalled one
+         * completes, so it obeys the sig_every rule like any other. */
+        sge.addr = (uintptr_t)&rh->cval;
+        wr.send_flags = IBV_SEND_INLINE;
+        if (++c->since_sig >= s->sig_every)
+            wr.send_flags |= IBV_SEND_SIGNALED;
+    } else {
+        /* The staging word stays as it is until the completion: the core
+         * does not write this handle's credit again before credit_done. */
+        uint64_t *st = &s->cstage[(size_t)c->peer * s->cw + rh->cidx];
+        *st = rh->cval;
+        sge.addr = (uintptr_t)st;
+        sge.lkey = s->cstage_mr->lkey;
+        wr.send_flags = IBV_SEND_SIGNALED;
+    }
+    c->ring[c->posted % s->sq_depth] =
+        (struct vrb_wrrec){.h = h, .last = inl ? 0 : 1, .kind = VRB_WR_CREDIT};
+    rc = ibv_post_send(c->qp, &wr, &bad);
+    if (rc) {
+        c->ring[c->posted % s->sq_depth].h = NULL;
+        c->since_sig = since_sig; /* nothing was posted */
+        return rc == ENOMEM ? DCHAN_ERR_AGAIN
+                            : dchan_verbs_rc(s, VRB_ERRNO, rc, "ibv_post_send (credit)");
+    }
+    if (wr.send_flags & IBV_SEND_SIGNALED)
+        c->since_sig = 0;
+    c->posted++;
+    return DCHAN_SUCCESS;
+}
+
+int dchan_verbs_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    struct vrb_state *s = state_of(h);
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    struct vrb_conn *c = rh->c;
+    bool inl = s->max_inline >= 8;
+    int rc;
+
+    if (!c)
+        return DCHAN_ERR_STATE;
+    if (c->state == VRB_DEAD)
+        return DCHAN_ERR_PEER;
+    if (index >= c->rcw)
+        return DCHAN_ERR_HANDLE; /* the sender has fewer words (another DCHAN_CREDIT_WORDS) */
+    /* The newest value replaces any not yet written: counts are cumulative. */
+    rh->cval = *src;
+    rh->cidx = index;
+    rh->owed = !inl;
+    cred_unqueue(c, h);
+    if (c->state == VRB_UP) {
+        rc = post_credit(s, c, h);
+        if (rc == DCHAN_SUCCESS)
+            return inl ? DCHAN_PROV_PUT_DONE : DCHAN_SUCCESS;
+        if (rc != DCHAN_ERR_AGAIN) {
+            rh->owed = false;
+            return rc;
+        }
+    }
+    /* Rebuilding, or no room: written from progress, in its turn. */
+    cred_queue(s, c, h);
+    return inl ? DCHAN_PROV_PUT_DONE : DCHAN_SUCCESS;
+}
+
+/* The connection is up: write the queued credit words. */
+void dchan_verbs_credit_redo(struct vrb_state *s, struct vrb_conn *c)
+{
+    while (c->state == VRB_UP && c->cred_head) {
+        dchan_handle_t *h = c->cred_head;
+        struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+        int rc = post_credit(s, c, h);
+        if (rc == DCHAN_ERR_AGAIN)
+            break; /* retried from progress when slots retire */
+        c->cred_head = rh->cnext;
+        rh->cnext = NULL;
+        rh->queued = false;
+        if (rc != DCHAN_SUCCESS) {
+            if (rh->owed) {
+                rh->owed = false;
+                dchan_core_credit_done(h, rc);
+            } else {
+                dchan_core_handle_error(h, rc);
+            }
+        }
+    }
+}
+
+/* The peer is gone: credit writes to it never complete. */
+void dchan_verbs_credit_dead(struct vrb_state *s, struct vrb_conn *c, int rc)
+{
+    for (uint64_t q = c->retired; q < c->posted; q++) {
+        struct vrb_wrrec *r = &c->ring[q % s->sq_depth];
+        dchan_handle_t *h = r->h;
+        if (r->kind != VRB_WR_CREDIT || !h)
+            continue;
+        r->h = NULL;
+        if (r->last && DCHAN_PROV_PRIV(h, struct vrb_rh)->owed) {
+            DCHAN_PROV_PRIV(h, struct vrb_rh)->owed = false;
+            dchan_core_credit_done(h, rc);
+        }
+    }
+    while (c->cred_head) {
+        dchan_handle_t *h = c->cred_head;
+        struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+        c->cred_head = rh->cnext;
+        rh->cnext = NULL;
+        rh->queued = false;
+        if (rh->owed) {
+            rh->owed = false;
+            dchan_core_credit_done(h, rc);
+        }
+    }
+}
+
 /* ---- completions ------------------------------------------------------------------------ */
 
 static void redo_push(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h)
@@ -432,6 +688,25 @@ static void redo_push(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h
         c->redo_head = h;
     c->redo_tail = h;
     dchan_verbs_att(s, c);
+}
+
+/* A credit WR of receive handle h retired: it landed (done), failed with
+ * err, or was flushed (neither: written again once the QP is rebuilt). */
+static void credit_cqe(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *h, bool report,
+                       int err, bool done)
+{
+    struct vrb_rh *rh = DCHAN_PROV_PRIV(h, struct vrb_rh);
+    if (done || c->state == VRB_DEAD) {
+        int rc = err ? err : done ? DCHAN_SUCCESS : DCHAN_ERR_PEER;
+        if (report && rh->owed) {
+            rh->owed = false;
+            dchan_core_credit_done(h, rc);
+        } else if (rc != DCHAN_SUCCESS) {
+            dchan_core_handle_error(h, rc);
+        }
+        return;
+    }
+    cred_queue(s, c, h);
 }
 
 /*
@@ -465,6 +740,10 @@ static void data_cqe(struct vrb_state *s, const struct ibv_wc *wc)
         r->h = NULL;
         if (!h)
             continue;
+        if (r->kind == VRB_WR_CREDIT) {
+            credit_cqe(s, c, h, r->last != 0, q == seq ? err : 0, ok || err);
+            continue;
+        }
         struct vrb_sh *sh = DCHAN_PROV_PRIV(h, struct vrb_sh);
         if (q == seq && err && !sh->rc)
             sh->rc = err;

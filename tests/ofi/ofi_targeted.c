@@ -9,6 +9,12 @@
  *                  ordering mechanism for the last write) or --fi-provider
  *                  (sockets: the only provider here that guarantees data
  *                  ordering, for the "ordered" mechanism)
+ *   credit         credited channels of depth 1, 3 and 16 around a ring, as
+ *                  fast as credit allows, with a consumer that holds slots:
+ *                  with --max-msg each put is several writes at its slot's
+ *                  offset, with --mr-local the credit writes that need a
+ *                  completion come from registered memory, with --cq-data 4
+ *                  EVENT arrivals carry the 4-byte id
  *   registrations  one send buffer for many channels is registered once
  *                  (--mr-local registers send buffers even where the
  *                  libfabric provider does not require it); FLAG sequence
@@ -194,6 +200,105 @@ static void exchange(dchan_ctx_t *ctx, size_t size)
     wait_for(ctx, cred, iters);
     CHECK(dchan_barrier(ctx));
     release(c, 2, 1);
+}
+
+/* ---- credit: deep channels, puts at slot offsets ------------------------------------ */
+
+#define NDEPTHS 3
+static const int depths[NDEPTHS] = {1, 3, 16};
+
+struct cchan {
+    dchan_handle_t *rh, *sh;
+    unsigned char *rbuf, *sbuf;
+    int k;
+    long sent, recvd, released;
+};
+
+static void credit_arrival(dchan_handle_t *h, void *arg)
+{
+    struct cchan *c = arg;
+    if (h != c->rh)
+        die("credit: callback got another handle");
+    c->recvd++;
+}
+
+static void credit(dchan_ctx_t *ctx, size_t size)
+{
+    int left = (me + nranks - 1) % nranks, right = (me + 1) % nranks;
+    struct cchan c[NDEPTHS];
+    dchan_wire_t mine[NDEPTHS], *all = calloc((size_t)nranks * NDEPTHS, sizeof *all);
+    unsigned rnd = 2654435761u * (unsigned)(me + 1);
+    if (!all)
+        die("out of memory");
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < NDEPTHS; i++) {
+        dchan_handle_attr_t ha;
+        dchan_handle_attr_init(&ha);
+        ha.credit = 1;
+        ha.depth = c[i].k = depths[i];
+        c[i].rbuf = xalloc(size * (size_t)c[i].k);
+        c[i].sbuf = xalloc(size);
+        CHECK(dchan_create_handle_attr(ctx, left, c[i].rbuf, size, OOB, credit_arrival, &c[i],
+                                       &ha, &c[i].rh));
+        CHECK(dchan_handle_export(c[i].rh, &mine[i]));
+    }
+    CHECK(dchan_allgather(ctx, mine, all, sizeof mine));
+    for (int i = 0; i < NDEPTHS; i++) {
+        CHECK(dchan_assoc_local(ctx, &all[(size_t)right * NDEPTHS + (size_t)i], c[i].sbuf, size,
+                                &c[i].sh));
+        EXPECT(dchan_credits(c[i].sh), c[i].k);
+    }
+    unsigned long long start = now_ns();
+    for (int done = 0; !done;) {
+        for (int i = 0; i < NDEPTHS; i++) {
+            while (c[i].sent < iters) {
+                send_done(c[i].sh); /* the send buffer is ours again */
+                fill(c[i].sbuf, size, me, i, c[i].sent);
+                int rc = dchan_put(c[i].sh);
+                if (rc == DCHAN_ERR_AGAIN)
+                    break;
+                CHECK(rc);
+                c[i].sent++;
+            }
+        }
+        int rc = dchan_progress(ctx);
+        if (rc < 0)
+            die("dchan_progress: %s", dchan_strerror(rc));
+        done = 1;
+        for (int i = 0; i < NDEPTHS; i++) {
+            struct cchan *x = &c[i];
+            if (x->recvd > x->released + x->k)
+                die("credit: depth %d holds %ld arrivals", x->k, x->recvd - x->released);
+            /* Hold up to every slot, then release some, oldest first. */
+            while (x->released < x->recvd) {
+                rnd = rnd * 1103515245u + 12345u;
+                if (x->recvd - x->released < x->k && x->recvd < iters && (rnd >> 16) % 3)
+                    break;
+                void *p = NULL;
+                CHECK(dchan_slot(x->rh, &p));
+                if (p != x->rbuf + (size_t)(x->released % x->k) * size)
+                    die("credit: depth %d, arrival %ld not in slot %ld", x->k, x->released,
+                        x->released % x->k);
+                verify(p, size, left, i, x->released);
+                CHECK(dchan_ready(x->rh));
+                x->released++;
+            }
+            if (x->sent < iters || x->released < iters)
+                done = 0;
+        }
+        if (now_ns() - start > limit_ns)
+            die("credit: out of time (depth %d: %ld sent, %ld received)", c[0].k, c[0].sent,
+                c[0].recvd);
+    }
+    CHECK(dchan_barrier(ctx));
+    for (int i = 0; i < NDEPTHS; i++) {
+        CHECK(dchan_handle_destroy(c[i].sh));
+        CHECK(dchan_handle_destroy(c[i].rh));
+        free(c[i].rbuf);
+        free(c[i].sbuf);
+    }
+    CHECK(dchan_barrier(ctx));
+    free(all);
 }
 
 /* ---- registrations ------------------------------------------------------------------ */
@@ -570,8 +675,8 @@ static void latency(const long *sizes, int nsizes)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: ofi_targeted --test exchange|registrations|handle-error|wire|abandon|"
-                    "select|latency\n"
+    fprintf(stderr, "usage: ofi_targeted --test exchange|credit|registrations|handle-error|"
+                    "wire|abandon|select|latency\n"
                     "       [--sizes a,b] [--iters N] [--cq-data 4|8] [--max-msg N]\n"
                     "       [--order auto|ordered|fence|completion] [--mr-local]\n"
                     "       [--fi-provider NAME] [--expect PROVIDER] [--drain-ms N]\n");
@@ -670,6 +775,8 @@ int main(int argc, char **argv)
         size_t size = mode_size((size_t)sizes[si]);
         if (strcmp(test, "exchange") == 0)
             exchange(ctx, size);
+        else if (strcmp(test, "credit") == 0)
+            credit(ctx, size);
         else if (strcmp(test, "registrations") == 0)
             registrations(ctx, size);
         else if (strcmp(test, "handle-error") == 0)

@@ -20,7 +20,11 @@
  *   wire       forged provider fields (with a valid checksum) are refused
  *
  * --env NAME=VALUE sets a variable before dchan_init (provider parameters,
- * or the simulation's DCHAN_VSIM_DEVICES=roce). Built with MPI (the mpi
+ * or the simulation's DCHAN_VSIM_DEVICES=roce). --depth K makes every
+ * channel credited with K slots (DESIGN §7): each put waits for credit,
+ * each arrival is checked in its slot through dchan_slot, and the faults
+ * then also meet credit writes (flushed and written again after a rebuild,
+ * lost with a dead peer, pending on a destroyed handle). Built with MPI (the mpi
  * bootstrap) and without (_nompi, the pmix one); it links the core
  * statically to forge wires (lib/wire.h).
  */
@@ -38,6 +42,7 @@
 #define W_QPN (48 + 12)
 
 static int detect;
+static int depth; /* 0: plain channels; K: credited, K slots */
 static int victim = -1; /* killed: the rank that exits */
 static long iters = 200;
 static unsigned long long limit_ns = 120ull * 1000000000ull;
@@ -125,9 +130,14 @@ static void setup(dchan_ctx_t *ctx, size_t size)
                 c->set = set;
                 c->size = size;
                 c->id = chan_id(peer, me, set, j); /* what arrives here */
-                c->rbuf = xalloc(size);
+                dchan_handle_attr_t ha;
+                dchan_handle_attr_init(&ha);
+                ha.credit = depth > 0;
+                ha.depth = depth > 0 ? depth : 1;
+                c->rbuf = xalloc(size * (size_t)ha.depth);
                 c->sbuf = xalloc(size);
-                CHECK(dchan_create_handle(ctx, peer, c->rbuf, size, OOB, on_arrival, c, &c->rh));
+                CHECK(dchan_create_handle_attr(ctx, peer, c->rbuf, size, OOB, on_arrival, c, &ha,
+                                               &c->rh));
                 CHECK(dchan_handle_export(c->rh, &mine[c->id]));
             }
         }
@@ -170,6 +180,35 @@ static void send_done(dchan_handle_t *h)
             die("a put never completed");
 }
 
+/* A put, after waiting for credit on a credited channel. */
+static int put_credit(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    unsigned long long start = now_ns();
+    int rc;
+    while ((rc = dchan_put(h)) == DCHAN_ERR_AGAIN) {
+        int prc = dchan_progress(ctx);
+        if (prc < 0)
+            die("dchan_progress: %s", dchan_strerror(prc));
+        if (now_ns() - start > limit_ns)
+            die("no credit within the time limit");
+    }
+    return rc;
+}
+
+/* Where the n-th arrival (from 1) of c is: its slot on a credited channel,
+ * which must be the oldest one held (dchan_slot). */
+static unsigned char *arrived_at(struct chan *c, long n)
+{
+    if (!depth)
+        return c->rbuf;
+    void *p = NULL;
+    CHECK(dchan_slot(c->rh, &p));
+    unsigned char *want = c->rbuf + (size_t)((n - 1) % depth) * c->size;
+    if (p != want)
+        die("channel %d: arrival %ld in slot %p, expected %p", c->id, n, p, (void *)want);
+    return want;
+}
+
 static void progress_until(dchan_ctx_t *ctx, int (*done)(void), const char *what)
 {
     unsigned long long start = now_ns();
@@ -210,7 +249,7 @@ static void iteration(dchan_ctx_t *ctx, long i)
             continue;
         fill(c->sbuf, c->size, me, chan_id(me, c->peer, s, k % PER), i);
         c->sent = i + 1;
-        int rc = dchan_put(c->sh);
+        int rc = put_credit(ctx, c->sh);
         /* The dead rank's channels may fail before error_fn told us. */
         if (rc == DCHAN_ERR_PEER && c->peer == victim)
             c->sgone = 1;
@@ -226,7 +265,7 @@ static void iteration(dchan_ctx_t *ctx, long i)
             continue;
         if (c->arrivals != want_now)
             die("channel %d: %ld arrivals, expected %ld", c->id, c->arrivals, want_now);
-        verify(c->rbuf, c->size, c->peer, c->id, i);
+        verify(arrived_at(c, want_now), c->size, c->peer, c->id, i);
         CHECK(dchan_ready(c->rh));
     }
 }
@@ -252,7 +291,7 @@ static void put_early(dchan_ctx_t *ctx, int peer, long i, const struct chan *ski
         send_done(c->sh);
         fill(c->sbuf, c->size, me, chan_id(me, peer, s, j), i);
         c->sent = i + 1;
-        CHECK(dchan_put(c->sh));
+        CHECK(put_credit(ctx, c->sh));
     }
 }
 
@@ -287,7 +326,7 @@ static void fault_rkey(dchan_ctx_t *ctx, size_t size, long i)
     extra_err = 0;
     fill(buf, size, 0, 999, 0);
     CHECK(dchan_assoc_local(ctx, &w, buf, size, &extra_handle));
-    CHECK(dchan_put(extra_handle));
+    CHECK(put_credit(ctx, extra_handle));
     put_early(ctx, 1, i + 1, NULL);
     progress_until(ctx, extra_failed, "the error of the forged put");
     if (extra_err != DCHAN_ERR_HANDLE)
@@ -317,7 +356,7 @@ static void fault_destroyed(dchan_ctx_t *ctx, long i)
     if (me == 0) {
         victim_send = find(1, set, 0);
         fill(victim_send->sbuf, victim_send->size, 0, 998, i);
-        CHECK(dchan_put(victim_send->sh));
+        CHECK(put_credit(ctx, victim_send->sh));
         put_early(ctx, 1, i + 1, victim_send);
         progress_until(ctx, victim_failed, "the error of the put to a destroyed handle");
         if (victim_send->serr != DCHAN_ERR_HANDLE)
@@ -403,10 +442,10 @@ static void survivors_end(dchan_ctx_t *ctx, long i)
         struct chan *c = find(0, s, 0);
         send_done(c->sh);
         fill(c->sbuf, c->size, me, chan_id(me, 0, s, 0), i);
-        CHECK(dchan_put(c->sh));
+        CHECK(put_credit(ctx, c->sh));
         wait_chan = c;
         progress_until(ctx, chan_arrived, "rank 0's answer");
-        verify(c->rbuf, c->size, 0, c->id, i);
+        verify(arrived_at(c, wait_want), c->size, 0, c->id, i);
         fflush(NULL);
         _exit(0);
     }
@@ -415,7 +454,7 @@ static void survivors_end(dchan_ctx_t *ctx, long i)
             continue;
         wait_chan = find(r, s, 0);
         progress_until(ctx, chan_arrived, "a survivor's last message");
-        verify(wait_chan->rbuf, wait_chan->size, r, wait_chan->id, i);
+        verify(arrived_at(wait_chan, wait_want), wait_chan->size, r, wait_chan->id, i);
     }
     for (int r = 1; r < nranks; r++) {
         if (r == victim)
@@ -423,7 +462,7 @@ static void survivors_end(dchan_ctx_t *ctx, long i)
         struct chan *c = find(r, s, 0);
         send_done(c->sh);
         fill(c->sbuf, c->size, 0, chan_id(0, r, s, 0), i);
-        CHECK(dchan_put(c->sh));
+        CHECK(put_credit(ctx, c->sh));
     }
     for (int r = 1; r < nranks; r++) {
         if (r == victim)
@@ -441,7 +480,7 @@ static void survivors_end(dchan_ctx_t *ctx, long i)
 static void usage(void)
 {
     fprintf(stderr, "usage: verbs_errors --test exchange|rkey|destroyed|killed|wire "
-                    "[--sizes a,b] [--iters N] [--env NAME=VALUE]...\n");
+                    "[--sizes a,b] [--iters N] [--depth K] [--env NAME=VALUE]...\n");
     exit(2);
 }
 
@@ -454,6 +493,7 @@ int main(int argc, char **argv)
                                          {"sizes", required_argument, 0, 's'},
                                          {"iters", required_argument, 0, 'i'},
                                          {"env", required_argument, 0, 'e'},
+                                         {"depth", required_argument, 0, 'd'},
                                          {0, 0, 0, 0}};
     mpt_prog = "verbs_errors";
 
@@ -477,6 +517,11 @@ int main(int argc, char **argv)
         }
         case 'i':
             iters = atol(optarg);
+            break;
+        case 'd':
+            depth = atoi(optarg);
+            if (depth < 1 || depth > 64)
+                usage();
             break;
         case 'e': {
             char *eq = strchr(optarg, '=');
