@@ -7,14 +7,17 @@
  * Every iteration each rank sends its six boundary planes ("faces") to the
  * neighbours and sweeps its block. Both modes use the same code except for
  * the transport, so that the comparison is fair:
- *   - faces are packed into contiguous buffers (per face, two used on
- *     alternate iterations);
+ *   - faces are packed with the same code into contiguous buffers;
  *   - received faces land in per-face buffers that the sweep reads in place
  *     as ghost values: there is no unpack copy in either mode;
- *   - msg:   MPI_Isend of the pack buffers, MPI_Irecv pre-posted one
- *            iteration ahead;
- *   - dchan: one channel per face and neighbour (two, see below), created
- *            once, one dchan_put per face per iteration.
+ *   - msg:   faces packed into pack buffers (two per face, used on alternate
+ *            iterations), MPI_Isend of those, MPI_Irecv pre-posted one
+ *            iteration ahead into two receive buffers per face;
+ *   - dchan: one credited channel of depth 2 per face and neighbour, created
+ *            once; the sender packs its face straight into the neighbour's
+ *            slot where the provider maps it (dchan_put_ptr), then one
+ *            dchan_put; the sweep reads the face in the slot (dchan_slot),
+ *            and dchan_ready hands the slot back. See run_dchan().
  */
 #include "config.h"
 
@@ -22,6 +25,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +42,12 @@ enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
 /* Out-of-band pattern for SENTINEL detection: a signalling NaN, which no
  * arithmetic on finite values ever produces, so no face can end with it. */
 #define SENTINEL_OOB UINT64_C(0xfff4dc4a6e5e0bbb)
-/* A face that does not arrive within this time means a broken peer. */
+/* A face that does not arrive within this time means a broken peer; so
+ * does a slot that is not handed back (no credit) within it. */
 #define WAIT_TIMEOUT_MS 120000
+/* Slots of each dchan receive channel: the neighbour may put the face of
+ * the next iteration while this rank still sweeps with the current one. */
+#define DEPTH 2
 /* The parallel and serial runs call the same sweep code, which adds the
  * same values in the same order (no multiply-add to contract), so they
  * agree bit for bit: verification demands it. A stale or misplaced face
@@ -219,14 +227,14 @@ static double sweep(const struct block *b, const double *u, double *v,
 /* ---- communication -------------------------------------------------------- */
 
 /*
- * Buffers of one rank. Everything that carries faces is doubled, index
- * [parity][face], parity = iteration & 1; see the scheme in run_dchan().
+ * Buffers of one rank. In msg mode everything that carries faces is
+ * doubled, index [parity][face], parity = iteration & 1 (see run_msg());
+ * dchan mode keeps its buffers with its channels (struct channels).
  */
 struct comm {
-    double *pack[2][NFACES];  /* outgoing faces, contiguous */
-    double *recv[2][NFACES];  /* incoming faces, read by the sweep in place */
+    double *pack[2][NFACES];  /* msg: outgoing faces, contiguous */
+    double *recv[2][NFACES];  /* msg: incoming faces, read by the sweep in place */
     double *bface[NFACES];    /* fixed boundary values, where nb[f] < 0 */
-    int nneigh;
     MPI_Request rreq[2][NFACES], sreq[2][NFACES]; /* msg mode */
 };
 
@@ -285,69 +293,145 @@ static double run_msg(const struct block *b, struct comm *cm, double **u, double
     return res;
 }
 
+/*
+ * dchan mode: per face with a neighbour, one receive channel (the
+ * neighbour's face of every iteration lands in one of its DEPTH slots) and
+ * one send channel (this rank's face, into the neighbour's receive channel
+ * for the opposite face).
+ */
 struct channels {
-    dchan_handle_t *rh[2][NFACES]; /* receive: neighbour across f -> recv[p][f] */
-    dchan_handle_t *sh[2][NFACES]; /* send: pack[p][f] -> neighbour's recv[p][opposite] */
-    int arrived[2];                /* faces arrived, per parity */
+    dchan_handle_t *rh[NFACES]; /* receive: neighbour across f -> slots[f] */
+    dchan_handle_t *sh[NFACES]; /* send: -> the neighbour's slots[opposite] */
+    double *slots[NFACES];      /* DEPTH slots of fsize[f] doubles each */
+    double *sbuf[NFACES];       /* send buffer: packed into where dchan_put_ptr
+                                 * cannot give the neighbour's slot itself */
+    int arrived[NFACES];        /* faces arrived on rh[f] since creation */
 };
 
-/* Creates both channel sets. Wires travel by MPI, once. */
-static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct comm *cm,
-                           struct channels *ch)
+/* Creates the channels and their buffers. Wires travel by MPI, once. */
+static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct channels *ch)
 {
-    dchan_wire_t mine[2][NFACES], theirs[2][NFACES];
-    MPI_Request req[4 * NFACES];
+    dchan_wire_t mine[NFACES], theirs[NFACES];
+    dchan_handle_attr_t hattr;
+    MPI_Request req[2 * NFACES];
     int nreq = 0, rc;
 
     memset(ch, 0, sizeof *ch);
-    for (int p = 0; p < 2; p++) {
-        for (int f = 0; f < NFACES; f++) {
-            if (b->nb[f] < 0)
-                continue;
-            rc = dchan_create_handle(ctx, b->nb[f], cm->recv[p][f], b->fsize[f] * sizeof(double),
-                                     SENTINEL_OOB, app_count_arrival, &ch->arrived[p], &ch->rh[p][f]);
-            if (rc == DCHAN_SUCCESS)
-                rc = dchan_handle_export(ch->rh[p][f], &mine[p][f]);
-            if (rc != DCHAN_SUCCESS)
-                app_die_dchan("dchan_create_handle", rc);
-            MPI_Isend(&mine[p][f], sizeof mine[p][f], MPI_BYTE, b->nb[f], 2 * f + p,
-                      MPI_COMM_WORLD, &req[nreq++]);
-            MPI_Irecv(&theirs[p][f], sizeof theirs[p][f], MPI_BYTE, b->nb[f],
-                      2 * OPPOSITE(f) + p, MPI_COMM_WORLD, &req[nreq++]);
-        }
+    dchan_handle_attr_init(&hattr);
+    hattr.credit = 1;
+    hattr.depth = DEPTH;
+    for (int f = 0; f < NFACES; f++) {
+        if (b->nb[f] < 0)
+            continue;
+        /* From dchan_alloc: under shm the neighbour maps the slots and packs
+         * its face straight into them. */
+        ch->slots[f] = app_buf_alloc(ctx, DEPTH * b->fsize[f]);
+        ch->sbuf[f] = app_buf_alloc(ctx, b->fsize[f]);
+        rc = dchan_create_handle_attr(ctx, b->nb[f], ch->slots[f], b->fsize[f] * sizeof(double),
+                                      SENTINEL_OOB, app_count_arrival, &ch->arrived[f], &hattr,
+                                      &ch->rh[f]);
+        if (rc == DCHAN_ERR_UNSUPPORTED)
+            app_die("dchan_create_handle_attr: the provider serving a neighbour offers no "
+                    "credited channels (credit 1, depth 2), which dchan mode needs");
+        if (rc == DCHAN_SUCCESS)
+            rc = dchan_handle_export(ch->rh[f], &mine[f]);
+        if (rc != DCHAN_SUCCESS)
+            app_die_dchan("dchan_create_handle_attr", rc);
+        MPI_Isend(&mine[f], sizeof mine[f], MPI_BYTE, b->nb[f], f, MPI_COMM_WORLD, &req[nreq++]);
+        MPI_Irecv(&theirs[f], sizeof theirs[f], MPI_BYTE, b->nb[f], OPPOSITE(f), MPI_COMM_WORLD,
+                  &req[nreq++]);
     }
     MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
-    for (int p = 0; p < 2; p++) {
-        for (int f = 0; f < NFACES; f++) {
-            if (b->nb[f] < 0)
-                continue;
-            rc = dchan_assoc_local(ctx, &theirs[p][f], cm->pack[p][f],
-                                   b->fsize[f] * sizeof(double), &ch->sh[p][f]);
-            if (rc != DCHAN_SUCCESS)
-                app_die_dchan("dchan_assoc_local", rc);
-        }
+    for (int f = 0; f < NFACES; f++) {
+        if (b->nb[f] < 0)
+            continue;
+        rc = dchan_assoc_local(ctx, &theirs[f], ch->sbuf[f], b->fsize[f] * sizeof(double),
+                               &ch->sh[f]);
+        if (rc != DCHAN_SUCCESS)
+            app_die_dchan("dchan_assoc_local", rc);
     }
 }
 
+/* Dies on an error from dchan_progress/dchan_wait or one reported on a
+ * channel (app_on_error). */
+static void check_progress(int rc, const char *what)
+{
+    if (rc < 0)
+        app_die_dchan(what, rc);
+    if (app_async_error)
+        app_die_dchan("channel", app_async_error);
+}
+
+/* Where to pack the next face on send channel sh: the neighbour's slot
+ * itself where it is mapped here (shm with the slots from dchan_alloc, or
+ * self; never under SENTINEL detection, whose tail written in place would
+ * announce the face early), else sh's send buffer, which dchan_put then
+ * copies into the slot. Without credit (the neighbour has not handed the
+ * slot back yet) this drives progress until the credit comes; see
+ * run_dchan(). */
+static double *face_target(dchan_ctx_t *ctx, dchan_handle_t *sh)
+{
+    double deadline = 0.0;
+    unsigned spins = 0;
+    void *p;
+    int rc;
+
+    while ((rc = dchan_put_ptr(sh, &p)) == DCHAN_ERR_AGAIN) {
+        check_progress(dchan_progress(ctx), "waiting for credit");
+        if (++spins < 64)
+            continue;
+        /* Then give the core away: with more ranks than cores, the
+         * neighbour that owes the credit needs it. */
+        if (spins == 64)
+            deadline = MPI_Wtime() + WAIT_TIMEOUT_MS / 1000.0;
+        else if (MPI_Wtime() > deadline)
+            app_die("waiting for credit: a neighbour did not hand back its slot");
+        sched_yield();
+    }
+    if (rc != DCHAN_SUCCESS)
+        app_die_dchan("dchan_put_ptr", rc);
+    return p;
+}
+
+/* Whether a face of iteration it (counted from 0 since the channels were
+ * created) is still missing. */
+static int faces_missing(const struct channels *ch, int it)
+{
+    for (int f = 0; f < NFACES; f++)
+        if (ch->rh[f] && ch->arrived[f] <= it)
+            return 1;
+    return 0;
+}
+
 /*
- * The dchan scheme. Each face and neighbour has two channels, parity 0 and
- * 1, used on even and odd iterations, each with its own receive buffer and
- * its own pack buffer. In iteration it (parity p) a rank puts its faces on
- * the parity-p channels, waits for the parity-p faces of its neighbours,
- * sweeps, and only then re-arms its parity-p receive handles.
+ * The dchan scheme. Each face and neighbour has one credited channel of
+ * depth 2: the receiver's buffer holds two slots, the n-th put lands in
+ * slot n mod 2, and the sender may put only into a slot that the receiver
+ * handed back (dchan_ready returns its credit). In iteration it a rank
+ *   - packs each face straight into where dchan_put_ptr points (the
+ *     neighbour's slot for iteration it where it is mapped here, else the
+ *     send buffer) and dchan_puts it;
+ *   - waits until every neighbour's face of iteration it arrived (per-face
+ *     counts: a neighbour may already have put its face of iteration it+1
+ *     into the other slot, while another's face of iteration it is still
+ *     on the way);
+ *   - sweeps, reading each face in its slot (dchan_slot: the oldest one
+ *     not handed back, here the one of iteration it);
+ *   - hands the slots back (dchan_ready).
  *
- * Why the next put on a channel never comes before the re-arm (one put per
- * armed period), without a barrier: neighbour S puts into my parity-p
- * buffer again in iteration it+2. To get there S finished iteration it+1,
- * which needed my face of iteration it+1; I put that only after finishing
- * iteration it, re-arm included. The same chain holds for every face since
- * the neighbour relation is symmetric. A single channel per face would not
- * do: S may start iteration it+1 (and put) as soon as it has my face of
- * iteration it, while I may still be sweeping with S's face of iteration it.
+ * Correctness no longer rests on the solver's data dependence: the library
+ * enforces the credit, so a put never overwrites a slot the receiver still
+ * reads. The credit almost never makes a rank wait: the slot of iteration it was last used in
+ * iteration it-2, and the neighbour handed it back before it put its face
+ * of iteration it-1, which this rank needed to finish iteration it-1. When
+ * dchan_put_ptr still answers DCHAN_ERR_AGAIN (a credit written by the
+ * neighbour's transport but not landed yet), face_target drives progress
+ * until it lands. Two slots let a neighbour put its next face while this
+ * rank still sweeps with the current one; with one slot it would wait for
+ * that sweep.
  *
- * Pack buffers: pack[p][f] is rewritten in iteration it+2, two puts later;
- * dchan_put_test confirms the put of iteration it has completed locally
- * (normally long done, so this costs one test).
+ * The send buffer is only rewritten when dchan_put_ptr returns it, which
+ * it does once the previous put from it completed locally.
  */
 static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm,
                         struct channels *ch, double **u, double **v, int first, int end,
@@ -357,33 +441,34 @@ static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm
     int rc;
 
     for (int it = first; it < end; it++) {
-        const int p = it & 1;
         const double *face[NFACES];
 
         for (int f = 0; f < NFACES; f++) {
-            if (!ch->sh[p][f])
+            if (!ch->sh[f])
                 continue;
-            app_wait_put_done(ch->sh[p][f]);
-            pack_face(b, *u, f, cm->pack[p][f]);
-            if ((rc = dchan_put(ch->sh[p][f])) != DCHAN_SUCCESS)
+            pack_face(b, *u, f, face_target(ctx, ch->sh[f]));
+            if ((rc = dchan_put(ch->sh[f])) != DCHAN_SUCCESS)
                 app_die_dchan("dchan_put", rc);
         }
-        /* Faces of iteration it+1 may arrive too (neighbours ahead of us):
-         * they count into the other parity's counter. */
-        while (ch->arrived[p] < cm->nneigh) {
-            rc = dchan_wait(ctx, WAIT_TIMEOUT_MS);
-            if (rc < 0)
-                app_die_dchan("waiting for neighbour faces", rc);
-            if (app_async_error)
-                app_die_dchan("channel", app_async_error);
+        /* Callbacks (app_count_arrival) run only inside our dchan_wait and
+         * dchan_progress calls. */
+        while (faces_missing(ch, it))
+            check_progress(dchan_wait(ctx, WAIT_TIMEOUT_MS), "waiting for neighbour faces");
+        for (int f = 0; f < NFACES; f++) {
+            void *slot;
+
+            if (!ch->rh[f]) {
+                face[f] = cm->bface[f];
+                continue;
+            }
+            if ((rc = dchan_slot(ch->rh[f], &slot)) != DCHAN_SUCCESS)
+                app_die_dchan("dchan_slot", rc);
+            face[f] = slot;
         }
-        faces_of(b, cm, p, face);
         res = sweep(b, *u, *v, face, it == iters - 1);
-        /* Done with recv[p]: reset the count, then re-arm. Callbacks run
-         * only inside our own dchan_wait, so the order is safe. */
-        ch->arrived[p] = 0;
+        /* Done with the slots of iteration it: hand them back. */
         for (int f = 0; f < NFACES; f++)
-            if (ch->rh[p][f] && (rc = dchan_ready(ch->rh[p][f])) != DCHAN_SUCCESS)
+            if (ch->rh[f] && (rc = dchan_ready(ch->rh[f])) != DCHAN_SUCCESS)
                 app_die_dchan("dchan_ready", rc);
         double *t = *u;
         *u = *v;
@@ -392,23 +477,25 @@ static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm
     return res;
 }
 
-static void teardown_channels(struct channels *ch)
+static void teardown_channels(dchan_ctx_t *ctx, struct channels *ch)
 {
     /* Every put has arrived (each receiver waited for all of them), but the
-     * senders' local completion may lag; then no handle may go while a
-     * neighbour could still touch it, hence the barrier. */
-    for (int p = 0; p < 2; p++)
-        for (int f = 0; f < NFACES; f++)
-            if (ch->sh[p][f])
-                app_wait_put_done(ch->sh[p][f]);
+     * senders' local completion may lag; then no handle or buffer may go
+     * while a neighbour could still touch it, hence the barrier. */
+    for (int f = 0; f < NFACES; f++)
+        if (ch->sh[f])
+            app_wait_put_done(ch->sh[f]);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int p = 0; p < 2; p++)
-        for (int f = 0; f < NFACES; f++) {
-            if (ch->sh[p][f])
-                dchan_handle_destroy(ch->sh[p][f]);
-            if (ch->rh[p][f])
-                dchan_handle_destroy(ch->rh[p][f]);
-        }
+    for (int f = 0; f < NFACES; f++) {
+        if (ch->sh[f])
+            dchan_handle_destroy(ch->sh[f]);
+        if (ch->rh[f])
+            dchan_handle_destroy(ch->rh[f]);
+        if (ch->sbuf[f])
+            app_buf_free(ctx, ch->sbuf[f]);
+        if (ch->slots[f])
+            app_buf_free(ctx, ch->slots[f]);
+    }
 }
 
 /* ---- verification --------------------------------------------------------- */
@@ -638,19 +725,20 @@ int main(int argc, char **argv)
 
     block_init(&b, o.grid, o.procs, app_rank);
     memset(&cm, 0, sizeof cm);
-    /* dchan mode: the context first, so that the faces live in memory
-     * that neighbours on the host write directly (dchan_alloc). */
+    /* dchan mode: the context first; setup_channels() takes the faces'
+     * buffers from it (dchan_alloc), so that neighbours on the host write
+     * them directly. */
     if (o.c.mode == MODE_DCHAN) {
         ctx = app_dchan_init(&o.c);
         provider = dchan_provider_name(ctx);
     }
     for (int f = 0; f < NFACES; f++) {
         if (b.nb[f] >= 0) {
-            cm.nneigh++;
-            for (int p = 0; p < 2; p++) {
-                cm.pack[p][f] = app_buf_alloc(ctx, b.fsize[f]);
-                cm.recv[p][f] = app_buf_alloc(ctx, b.fsize[f]);
-            }
+            if (o.c.mode == MODE_MSG)
+                for (int p = 0; p < 2; p++) {
+                    cm.pack[p][f] = app_buf_alloc(ctx, b.fsize[f]);
+                    cm.recv[p][f] = app_buf_alloc(ctx, b.fsize[f]);
+                }
         } else {
             cm.bface[f] = app_xalloc(b.fsize[f]);
             fill_boundary_face(&b, o.grid, f, cm.bface[f]);
@@ -665,14 +753,14 @@ int main(int argc, char **argv)
     memset(v, 0, local * sizeof *v);
 
     if (o.c.mode == MODE_DCHAN)
-        setup_channels(ctx, &b, &cm, &ch);
+        setup_channels(ctx, &b, &ch);
     if (app_rank == 0) {
         char how[128] = "";
         if (o.c.mode == MODE_DCHAN) {
             int d = -1;
             for (int f = 0; f < NFACES && d < 0; f++)
-                if (ch.rh[0][f])
-                    d = dchan_handle_detect(ch.rh[0][f]);
+                if (ch.rh[f])
+                    d = dchan_handle_detect(ch.rh[f]);
             snprintf(how, sizeof how, ", provider %s, detection %s", provider,
                      d >= 0 ? app_detect_name(d) : "none (no neighbours)");
         }
@@ -721,7 +809,7 @@ int main(int argc, char **argv)
     }
 
     if (ctx)
-        teardown_channels(&ch);
+        teardown_channels(ctx, &ch);
     for (int f = 0; f < NFACES; f++) {
         free(cm.bface[f]);
         for (int p = 0; p < 2; p++) {

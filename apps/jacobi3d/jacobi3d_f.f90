@@ -7,14 +7,17 @@
 ! packed into contiguous buffers (two per face, used on alternate
 ! iterations) and received into per-face buffers that the sweep reads in
 ! place; msg mode with MPI_Isend/MPI_Irecv, dchan mode with two channels per
-! face and neighbour, created once.
+! face and neighbour, created once. (jacobi3d.c's dchan mode has moved to
+! one credited channel of depth 2 per face; this driver keeps the
+! first-round scheme, on dchan_create_handle, and computes the same doubles.)
 !
 ! Same flags, same stderr lines (prefixed jacobi3d_f) and the same RESULT
 ! line as the C version, and the same floating-point operations in the same
 ! order, so both print the same residual on the same problem
 ! (lib/fortran/tests/jacobi-compare.sh checks): a drop-in for the C program
 ! in apps/scaling/scaling-study. See jacobi3d.c for the design notes; the
-! comments here say where Fortran differs.
+! comments here say where Fortran differs (run_dchan below for the dchan
+! scheme).
 !
 ! Arrays follow the C layout: the block u(k, j, i) (k along z fastest, as
 ! C's u[i][j][k]), faces as flat 1-based vectors with C's element order
@@ -628,12 +631,15 @@ contains
     if (code < 0) call die_dchan('dchan_put_test', code)
   end subroutine wait_put_done
 
-  ! The two-channel scheme of jacobi3d.c's run_dchan(): in iteration it
-  ! (parity pp) put on the parity-pp channels, wait for the parity-pp
-  ! faces, sweep, then re-arm the parity-pp receive handles. A neighbour
-  ! puts into the same buffer again only in iteration it+2, which needs this
-  ! rank's face of it+1, sent only after the re-arm: one put per armed
-  ! period with no barrier.
+  ! The two-channel scheme (jacobi3d.c's run_dchan() before it moved to
+  ! credited channels): in iteration it (parity pp) put on the parity-pp
+  ! channels, wait for the parity-pp faces, sweep, then re-arm the
+  ! parity-pp receive handles. A neighbour puts into the same buffer again
+  ! only in iteration it+2, which needs this rank's face of it+1, sent only
+  ! after the re-arm: one put per armed period with no barrier. (One
+  ! channel per face would not do: a neighbour may put its face of it+1 as
+  ! soon as it has this rank's face of it, while this rank still sweeps
+  ! with the neighbour's face of it.)
   function run_dchan(first, last, iters) result(r)
     integer, intent(in) :: first, last, iters
     real(dp) :: r
