@@ -13,7 +13,7 @@ fail=0
 say() { echo "smoke: $*"; }
 bad() { echo "smoke: FAIL: $*"; fail=1; }
 
-for p in dchan_pingpong dchan_bw dchan_pollcost; do
+for p in dchan_pingpong dchan_bw dchan_pollcost dchan_credit dchan_stream dchan_direct; do
     if [ ! -x "$builddir/bench/$p" ]; then
         echo "smoke: bench/$p is not built here ($builddir)"
         exit 99
@@ -161,6 +161,76 @@ for pd in "mpi event" "self event"; do
     done
     [ "$a$b" = "0.0000.000" ] || say "note: $1/$2 allocates in steady state: $line"
 done
+
+# ---- credited channels: credit cost, depth streaming, direct store ------------------
+# A provider whose credit support has not landed answers DCHAN_ERR_UNSUPPORTED
+# at dchan_create_handle_attr (a SKIP line with a size, said here); shm, where
+# usable, must measure. Any other SKIP or FAIL line fails.
+skips_ok() { # file bench
+    grep -E "^(SKIP|FAIL) bench=$2 " "$1" | while read -r line; do
+        case "$line" in
+        SKIP*size=*reason=DCHAN_ERR_UNSUPPORTED*) # the handle: no credit in this provider yet
+            say "note: $2: $(val "$line" provider)/$(val "$line" detect): no credit support yet" >&2 ;;
+        SKIP*reason=DCHAN_ERR_UNSUPPORTED*) ;; # dchan_init: not usable here, as in the pingpong
+        *) echo "$line" ;;
+        esac
+    done | grep . && bad "$2: unexpected SKIP/FAIL lines (above)"
+    return 0
+}
+
+run credit "$builddir/bench/dchan_credit" --all --iters 40 --warmup 4 --reps 3 $common
+skips_ok "$tmp/credit.out" credit
+grep '^RESULT bench=credit ' "$tmp/credit.out" >"$tmp/cr"
+while read -r line; do
+    for k in plain_us credit_us ratio plain_min_us credit_max_us; do
+        positive "$(val "$line" $k)" || bad "credit: bad $k: $line"
+    done
+    echo "$(val "$line" stalls_per_put)" | grep -Eq '^[0-9]+\.[0-9]+$' || bad "credit: bad stalls: $line"
+done <"$tmp/cr"
+if [ $shm -eq 1 ]; then
+    for d in sentinel flag event; do
+        grep -q "provider=shm detect=$d size=8 " "$tmp/cr" || bad "credit: no shm/$d result"
+    done
+fi
+
+stprov=mpi
+[ $shm -eq 1 ] && stprov=mpi,shm,shm-heap
+run stream "$builddir/bench/dchan_stream" --provider $stprov --sizes 8,4096,65536 --depth 4 \
+    --iters 64 --warmup 8 --reps 2 $common
+skips_ok "$tmp/stream.out" stream
+for s in 8 4096 65536; do
+    for p in shm shm-heap; do
+        [ $shm -eq 1 ] || break
+        line=$(grep "^RESULT bench=stream provider=$p detect=[a-z]* size=$s depth=4 window=4 " \
+            "$tmp/stream.out")
+        for k in dchan_mmsgs mpi_window_mmsgs mpi_stream_mmsgs dchan_mbps ratio_window \
+            ratio_stream ratio_best; do
+            positive "$(val "$line" $k)" || bad "stream: $p at $s bytes: bad $k: '$line'"
+        done
+    done
+    grep -q "^RESULT bench=stream .* size=$s " "$tmp/stream.out" ||
+        bad "stream: no result at $s bytes"
+done
+
+if [ $shm -eq 1 ]; then
+    run direct "$builddir/bench/dchan_direct" --provider shm,shm-heap --detect sentinel,event \
+        --sizes 4096,65536 --depth 2 --iters 32 --warmup 4 --reps 2 $common
+    skips_ok "$tmp/direct.out" direct
+    for s in 4096 65536; do
+        # Where the slot is mapped (shm segment, not SENTINEL), dchan_put_ptr
+        # gives it and the library copies nothing; else it gives the send buffer.
+        for pdm in "shm event 1.00 0" "shm sentinel 0.00 $s" "shm-heap event 0.00 $s"; do
+            set -- $pdm
+            line=$(grep "^RESULT bench=direct provider=$1 detect=$2 size=$s " "$tmp/direct.out")
+            for k in direct_us copy_us fill_us ratio; do
+                positive "$(val "$line" $k)" || bad "direct: $1/$2 at $s: bad $k: '$line'"
+            done
+            [ "$(val "$line" mapped)" = "$3" ] && [ "$(val "$line" copied_direct)" = "$4" ] &&
+                [ "$(val "$line" copied_copy)" = "$s" ] ||
+                bad "direct: $1/$2 at $s: want mapped=$3 copied_direct=$4 copied_copy=$s: '$line'"
+        done
+    done
+fi
 
 [ $fail -eq 0 ] && say "all benchmark RESULT lines present and well formed"
 exit $fail
