@@ -112,6 +112,19 @@ static long parse_long(const struct bench_opts *o, const char *arg, long min, co
     return v;
 }
 
+double bench_parse_bytes(const struct bench_opts *o, const char *arg, const char *what)
+{
+    size_t *v;
+    int n;
+    if (bench_parse_sizes(arg, &v, &n) || n != 1) {
+        fprintf(stderr, "%s: %s wants a byte count, not '%s'\n", o->prog, what, arg);
+        exit(2);
+    }
+    double x = (double)v[0];
+    free(v);
+    return x;
+}
+
 int bench_parse_sizes(const char *s, size_t **out, int *n)
 {
     size_t *v = NULL;

@@ -80,6 +80,9 @@ extern const char bench_common_help[];
 int bench_common_opt(struct bench_opts *o, int c, const char *arg);
 /* Parses a size list ("100,4K,1M": K, M, G are powers of 1024). */
 int bench_parse_sizes(const char *s, size_t **out, int *n);
+/* One byte count ("64K") for option what; exits 2 (before MPI_Init) on
+ * anything else. */
+double bench_parse_bytes(const struct bench_opts *o, const char *arg, const char *what);
 /* Prints every provider name --all tries, one a line. */
 void bench_list_providers(FILE *f);
 /* Is name in the comma-separated list (NULL list: everything)? */

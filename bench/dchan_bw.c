@@ -309,19 +309,6 @@ static void usage(FILE *f)
             bench_common_help, MAX_WINDOW);
 }
 
-static double parse_bytes(const char *arg, const char *what)
-{
-    size_t *v;
-    int n;
-    if (bench_parse_sizes(arg, &v, &n) || n != 1) {
-        fprintf(stderr, "%s: %s wants a byte count, not '%s'\n", o.prog, what, arg);
-        exit(2);
-    }
-    double x = (double)v[0];
-    free(v);
-    return x;
-}
-
 int main(int argc, char **argv)
 {
     enum { OPT_WINDOW = BENCH_OPT_FIRST_PRIVATE, OPT_MAXINF, OPT_BUDGET };
@@ -350,10 +337,10 @@ int main(int argc, char **argv)
             }
             break;
         case OPT_MAXINF:
-            max_inflight = parse_bytes(optarg, "--max-inflight");
+            max_inflight = bench_parse_bytes(&o, optarg, "--max-inflight");
             break;
         case OPT_BUDGET:
-            budget = parse_bytes(optarg, "--budget");
+            budget = bench_parse_bytes(&o, optarg, "--budget");
             break;
         default:
             usage(stderr);

@@ -938,14 +938,7 @@ int main(int argc, char **argv)
         } else if (c == BENCH_OPT_LIST) {
             list = 1;
         } else if (c == BENCH_OPT_FIRST_PRIVATE) {
-            size_t *v;
-            int n;
-            if (bench_parse_sizes(optarg, &v, &n) || n != 1) {
-                fprintf(stderr, "%s: --budget wants a byte count, not '%s'\n", o.prog, optarg);
-                return 2;
-            }
-            budget = (double)v[0];
-            free(v);
+            budget = bench_parse_bytes(&o, optarg, "--budget");
         } else {
             usage(stderr);
             return 2;
