@@ -89,7 +89,7 @@ struct dchan_handle {
     uint64_t csrc;                 /* receiver: what the credit write in flight carries */
     dchan_handle_t *credq_next;    /* receiver: on ctx->credq, owed a retry */
     uint64_t stall_ns;             /* sender: when puts began to be refused, 0: they are not */
-    uint32_t in_place;             /* sender: n_put + 1 when dchan_put_ptr gave the mapped slot */
+    bool in_place;                 /* sender: dchan_put_ptr gave the mapped slot of the next put */
     /* dchan_handle_stats (struct_size unused here) */
     dchan_handle_stats_t hstats;
     _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];

@@ -894,11 +894,11 @@ DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
     if (h->detect != DCHAN_DETECT_SENTINEL &&
         h->prov->ops->map_slot(h, (size_t)(h->n_put % h->depth) * h->size, &p) ==
             DCHAN_SUCCESS) {
-        h->in_place = h->n_put + 1;
+        h->in_place = true;
     } else {
         if (h->inflight && (rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS)))
             goto out;
-        h->in_place = 0;
+        h->in_place = false;
         p = h->buf;
     }
     *ptr = p;
@@ -924,7 +924,7 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     if (h->credit && (rc = credit_take(h)) != DCHAN_SUCCESS)
         goto out;
-    bool in_place = h->in_place == h->n_put + 1 && h->in_place != 0;
+    bool in_place = h->in_place; /* the next slot was written through dchan_put_ptr */
     if (h->detect == DCHAN_DETECT_SENTINEL) {
         uint64_t tail;
         memcpy(&tail, (const char *)h->buf + h->size - 8, 8);
@@ -980,7 +980,7 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     h->seq = d.seq;
     h->n_put++;
-    h->in_place = 0;
+    h->in_place = false;
     ctx->stats.puts++;
     h->hstats.puts++;
     h->hstats.bytes += h->size;
