@@ -18,7 +18,9 @@
  *                 cacheline-pair (each side polls for the next value, as
  *                 ucx-put's receiver does) and cacheline-rearm (the receiver
  *                 writes the idle value back before answering, as SENTINEL's
- *                 re-arm does); size=8 results, no library involved
+ *                 re-arm does), and ring (an 8-byte record through an MPSC
+ *                 ring laid out as the shm provider's EVENT ring: the floor
+ *                 of EVENT); size=8 results, no library involved
  *
  * Fairness: every implementation has its own buffers, warms up, and is then
  * timed in repetitions that take turns (A B C D A B C D ...), so that a
@@ -39,6 +41,7 @@
 #endif
 
 #include "bench.h"
+#include "shm_ring.h" /* the EVENT record layout, for the ring floor */
 
 #define TAG_PP 11
 
@@ -85,6 +88,15 @@ static MPI_Group peer_group;
 
 /* The shared cache line. */
 static volatile uint64_t *cl_line;
+/* An EVENT ring for the floor: tail and head on lines of their own, as
+ * in the shm segment's header. */
+#define FLOOR_RING_SLOTS 64u
+struct floor_ring {
+    _Alignas(128) uint64_t tail;
+    _Alignas(128) uint64_t head;
+    _Alignas(128) struct shm_slot slot[FLOOR_RING_SLOTS];
+};
+static struct floor_ring *cl_rings;
 static uint64_t cl_val;
 static MPI_Win cl_win = MPI_WIN_NULL;
 static MPI_Comm cl_comm = MPI_COMM_NULL;
@@ -666,14 +678,18 @@ static int cacheline_open(void)
         return -1;
     }
     /* Three lines 128 bytes apart (the adjacent-line prefetcher pairs
-     * lines): the shared one, then one per direction for the floors. */
-    MPI_Win_allocate_shared(bench_rank == 0 ? 3 * 128 : 0, 1, MPI_INFO_NULL, cl_comm, &base,
-                            &cl_win);
+     * lines): the shared one, then one per direction for the floors; then
+     * a ring per rank for the EVENT floor. */
+    MPI_Win_allocate_shared(bench_rank == 0 ? 3 * 128 + 2 * sizeof(struct floor_ring) : 0, 1,
+                            MPI_INFO_NULL, cl_comm, &base, &cl_win);
     MPI_Win_shared_query(cl_win, 0, &sz, &du, &base);
     cl_line = base;
-    if (bench_rank == 0)
+    cl_rings = (struct floor_ring *)((char *)base + 3 * 128);
+    if (bench_rank == 0) {
         for (int k = 0; k < 3; k++)
             cl_line[k * 16] = 0;
+        memset(cl_rings, 0, 2 * sizeof *cl_rings);
+    }
     MPI_Barrier(cl_comm);
     cl_val = 0;
     return 0;
@@ -725,6 +741,67 @@ static void pair_run(long n, int rearm)
         }
         if (bench_rank == 1)
             __atomic_store_n(out, v, __ATOMIC_RELEASE);
+    }
+}
+
+/*
+ * The floor of EVENT's mechanism: each rank owns an MPSC ring of records
+ * laid out as the shm provider's (struct shm_slot), and the peer puts an
+ * 8-byte record into it: claim a position on the tail with a CAS, write
+ * id, length and the inline body, publish the sequence; the owner waits
+ * for the sequence at its head, copies the body out and publishes the new
+ * head. What the provider adds around this (handle lookup, callback,
+ * re-arm) is what the dchan EVENT rows cost above it.
+ */
+static uint64_t ring_head_seen; /* the peer ring's head as the producer last read it */
+
+static void ring_put(struct floor_ring *r, uint64_t v)
+{
+    uint64_t p = __atomic_load_n(&r->tail, __ATOMIC_RELAXED);
+    for (;;) {
+        if (p - ring_head_seen >= FLOOR_RING_SLOTS) {
+            ring_head_seen = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+            if (p - ring_head_seen >= FLOOR_RING_SLOTS)
+                continue; /* cannot happen in a pingpong: one record in flight */
+        }
+        if (__atomic_compare_exchange_n(&r->tail, &p, p + 1, 1, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            break;
+    }
+    struct shm_slot *sl = &r->slot[p & (FLOOR_RING_SLOTS - 1)];
+    memcpy(sl->data, &v, sizeof v);
+    sl->id = 1;
+    sl->len = sizeof v;
+    __atomic_store_n(&sl->seq, p + 1, __ATOMIC_RELEASE);
+}
+
+static uint64_t ring_take(struct floor_ring *r, uint64_t *head, struct bench_spin *sp)
+{
+    struct shm_slot *sl = &r->slot[*head & (FLOOR_RING_SLOTS - 1)];
+    while (__atomic_load_n(&sl->seq, __ATOMIC_ACQUIRE) != *head + 1)
+        bench_spin(sp);
+    uint64_t v;
+    if (sl->id != 1 || sl->len != sizeof v)
+        bench_fatal("ring floor: a record changed under the reader");
+    memcpy(&v, sl->data, sizeof v);
+    __atomic_store_n(&r->head, ++*head, __ATOMIC_RELEASE);
+    return v;
+}
+
+static void ring_run(long n)
+{
+    static uint64_t head; /* this rank's ring: the next position it consumes */
+    struct floor_ring *mine = &cl_rings[bench_rank], *theirs = &cl_rings[1 - bench_rank];
+    struct bench_spin sp;
+    bench_spin_init(&sp, "the ring");
+    for (long i = 0; i < n; i++) {
+        uint64_t v = ++cl_val;
+        if (bench_rank == 0)
+            ring_put(theirs, v);
+        if (ring_take(mine, &head, &sp) != v)
+            bench_fatal("ring floor: records out of order");
+        if (bench_rank == 1)
+            ring_put(theirs, v);
     }
 }
 
@@ -912,7 +989,8 @@ static void usage(FILE *f)
             "tcp). Skipped if UCX cannot open. " UCX_BUILT "\n"
             "cacheline: one line bounced between the ranks, then the floors of a pingpong\n"
             "with a word per direction: cacheline-pair (polling for the next value) and\n"
-            "cacheline-rearm (the receiver writes the idle value back, as SENTINEL does).\n\n%s"
+            "cacheline-rearm (the receiver writes the idle value back, as SENTINEL does),\n"
+            "and ring (an 8-byte record through an MPSC ring like shm's EVENT ring).\n\n%s"
             "  --budget BYTES    bytes per direction per implementation and size\n",
             bench_common_help);
 }
@@ -1061,28 +1139,35 @@ int main(int argc, char **argv)
         }
         bench_note("cacheline: one-way %.1f ns [%.1f-%.1f]\n", cl_all * 1000, mn * 1000,
                    mx * 1000);
-        static const char *const floor_name[2] = {"cacheline-pair", "cacheline-rearm"};
-        for (int rearm = 0; rearm < 2; rearm++) {
+        static const char *const floor_name[3] = {"cacheline-pair", "cacheline-rearm",
+                                                  "ring"};
+        for (int k = 0; k < 3; k++) {
             double med;
-            if (rearm) { /* the plain run left its last values: each clears its own */
+            if (k == 1) { /* the plain run left its last values: each clears its own */
                 cl_line[bench_rank == 0 ? 32 : 16] = 0;
                 MPI_Barrier(bench_comm);
             }
-            pair_run(o.warmup, rearm);
+            if (k < 2)
+                pair_run(o.warmup, k);
+            else
+                ring_run(o.warmup);
             MPI_Barrier(bench_comm);
             for (int r = 0; r < o.reps; r++) {
                 uint64_t t0 = bench_now_ns();
-                pair_run(o.iters, rearm);
+                if (k < 2)
+                    pair_run(o.iters, k);
+                else
+                    ring_run(o.iters);
                 samples[r] = (double)(bench_now_ns() - t0) / (double)o.iters / 2 / 1000;
             }
             bench_stats(samples, o.reps, &med, &mn, &mx);
             if (bench_rank == 0) {
                 printf("RESULT bench=pingpong impl=%s provider=- detect=- size=8 "
                        "oneway_us=%.4f min_us=%.4f max_us=%.4f\n",
-                       floor_name[rearm], med, mn, mx);
+                       floor_name[k], med, mn, mx);
                 fflush(stdout);
             }
-            bench_note("%s: one-way %.1f ns [%.1f-%.1f]\n", floor_name[rearm], med * 1000,
+            bench_note("%s: one-way %.1f ns [%.1f-%.1f]\n", floor_name[k], med * 1000,
                        mn * 1000, mx * 1000);
         }
     }

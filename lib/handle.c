@@ -133,7 +133,7 @@ static void pq_rearm(dchan_ctx_t *ctx, dchan_handle_t *h)
         DCHAN_R_ARMED(h) == 0)
         return;
     if (h->detect == DCHAN_DETECT_SENTINEL)
-        h->probe = (const uint64_t *)((char *)h->buf + (size_t)(h->n_arr % h->depth) * h->size +
+        h->probe = (const uint64_t *)((char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size +
                                       h->size - 8);
     else
         h->idle = h->seq;
@@ -197,7 +197,8 @@ static void recv_detected(dchan_handle_t *h, uint64_t v)
         h->seq = v;
     }
     arrived(h, n);
-    pq_rearm(h->ctx, h); /* a later slot is armed: keep watching */
+    if (h->depth > 1)
+        pq_rearm(h->ctx, h); /* a later slot is armed: keep watching */
 }
 
 /* One dense array of (word, idle value) pairs. */
@@ -222,7 +223,7 @@ int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot)
     if (r->error)
         return r->error;
     /* Slots [n_rel, n_arr) hold data the application has not released. */
-    uint32_t pos = (slot + r->depth - r->n_rel % r->depth) % r->depth;
+    uint32_t pos = dchan_slot_of(slot + r->depth - dchan_slot_of(r->n_rel, r->depth), r->depth);
     if (pos < (uint32_t)(r->n_arr - r->n_rel)) {
         dchan_core_handle_error(r, DCHAN_ERR_OVERRUN);
         return DCHAN_ERR_OVERRUN;
@@ -269,7 +270,7 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
         }
         /* Not armed: the overrun is raised and the data the application
          * holds stays intact. */
-        uint32_t slot = h->n_arr % h->depth;
+        uint32_t slot = dchan_slot_of(h->n_arr, h->depth);
         if (dchan_core_recv_writable(h, slot) != DCHAN_SUCCESS)
             return true;
         copy_small((unsigned char *)h->buf + (size_t)slot * h->size, data, len);
@@ -724,7 +725,7 @@ static int mark_locked(dchan_handle_t *h)
         return h->error;
     if (DCHAN_R_HELD(h) == 0)
         return DCHAN_ERR_STATE;
-    uint32_t slot = h->n_rel % h->depth;
+    uint32_t slot = dchan_slot_of(h->n_rel, h->depth);
     if (h->detect == DCHAN_DETECT_SENTINEL) {
         __atomic_store_n((uint64_t *)((char *)h->buf + (size_t)slot * h->size + h->size - 8),
                          h->oob, __ATOMIC_RELEASE);
@@ -892,7 +893,7 @@ DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
     /* In SENTINEL mode the tail written in place would announce the
      * message before dchan_put: such a handle writes its send buffer. */
     if (h->detect != DCHAN_DETECT_SENTINEL &&
-        h->prov->ops->map_slot(h, (size_t)(h->n_put % h->depth) * h->size, &p) ==
+        h->prov->ops->map_slot(h, (size_t)dchan_slot_of(h->n_put, h->depth) * h->size, &p) ==
             DCHAN_SUCCESS) {
         h->in_place = true;
     } else {
@@ -942,7 +943,7 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     d.remote_id = h->id;
     d.src = in_place ? NULL : h->buf;
     d.size = h->size;
-    d.slot = h->n_put % h->depth;
+    d.slot = dchan_slot_of(h->n_put, h->depth);
     d.offset = (size_t)d.slot * h->size;
     d.detect = h->detect;
     d.seq_src = h->seq_word;
@@ -1181,7 +1182,7 @@ DCHAN_API int dchan_slot(dchan_handle_t *h, void **ptr)
     if (DCHAN_R_HELD(h) == 0)
         rc = DCHAN_ERR_STATE;
     else
-        *ptr = (char *)h->buf + (size_t)(h->n_rel % h->depth) * h->size;
+        *ptr = (char *)h->buf + (size_t)dchan_slot_of(h->n_rel, h->depth) * h->size;
     dchan_ctx_unlock(h->ctx);
     return rc;
 }

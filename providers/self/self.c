@@ -56,14 +56,24 @@ static void self_recv_close(dchan_handle_t *h)
 {
 }
 
-/* The receive handle a sender handle writes to, if it still exists. */
+/* The receive handle a sender handle writes to, if it still exists: the
+ * id names a table entry, and the generation says it is still the handle
+ * the wire described (a destroyed handle's entry changes generation). */
 static dchan_handle_t *target(dchan_handle_t *h)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     dchan_handle_t *r = dchan_ctx_recv_handle(p->ctx, DCHAN_PROV_PRIV(h, struct self_h)->recv_id);
-    if (!r || dchan_h_gen(r) != dchan_h_gen(h) || dchan_h_prov(r) != p ||
-        dchan_h_size(r) != dchan_h_size(h) || dchan_h_depth(r) != dchan_h_depth(h) ||
-        dchan_h_detect(r) != dchan_h_detect(h) || dchan_h_peer(r) != dchan_ctx_rank(p->ctx))
+    return r && dchan_h_gen(r) == dchan_h_gen(h) ? r : NULL;
+}
+
+/* At association: the wire must describe that handle exactly. */
+static dchan_handle_t *target_checked(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    dchan_handle_t *r = target(h);
+    if (!r || dchan_h_prov(r) != p || dchan_h_size(r) != dchan_h_size(h) ||
+        dchan_h_depth(r) != dchan_h_depth(h) || dchan_h_detect(r) != dchan_h_detect(h) ||
+        dchan_h_peer(r) != dchan_ctx_rank(p->ctx))
         return NULL;
     return r;
 }
@@ -74,7 +84,7 @@ static int self_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
         if (wire_fields[i])
             return DCHAN_ERR_HANDLE;
     DCHAN_PROV_PRIV(h, struct self_h)->recv_id = dchan_h_remote_id(h);
-    return target(h) ? DCHAN_SUCCESS : DCHAN_ERR_HANDLE;
+    return target_checked(h) ? DCHAN_SUCCESS : DCHAN_ERR_HANDLE;
 }
 
 static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
