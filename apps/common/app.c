@@ -99,6 +99,11 @@ const char *app_detect_name(int d)
     }
 }
 
+const char *app_mode_name(int mode)
+{
+    return mode == MODE_MSG ? "msg" : mode == MODE_DCHAN ? "dchan" : "none";
+}
+
 int app_common_option(int c, const char *arg, struct app_common *o, const char **bad)
 {
     static const char *const detects[] = {"auto", "sentinel", "flag", "event"};
@@ -118,8 +123,10 @@ int app_common_option(int c, const char *arg, struct app_common *o, const char *
             o->mode = MODE_MSG;
         else if (!strcmp(arg, "dchan"))
             o->mode = MODE_DCHAN;
+        else if (o->none_ok && !strcmp(arg, "none"))
+            o->mode = MODE_NONE;
         else
-            *bad = "--mode wants msg or dchan";
+            *bad = o->none_ok ? "--mode wants msg, dchan or none" : "--mode wants msg or dchan";
         return 1;
     case 'v':
         o->verify = 1;

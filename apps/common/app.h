@@ -11,7 +11,8 @@
 
 #include <dchan.h>
 
-enum { MODE_MSG = 0, MODE_DCHAN = 1 };
+/* MODE_NONE: no communication at all, the compute floor (apps that offer it). */
+enum { MODE_MSG = 0, MODE_DCHAN = 1, MODE_NONE = 2 };
 
 /* Set by the app before anything can fail: its name and MPI rank. */
 extern const char *app_name;
@@ -37,11 +38,13 @@ void app_count_arrival(dchan_handle_t *h, void *arg);
 /* Waits until the last put from a send buffer no longer reads it. */
 void app_wait_put_done(dchan_handle_t *sh);
 const char *app_detect_name(int detect);
+const char *app_mode_name(int mode);
 
 /* The options every app takes. */
 struct app_common {
     int iters;
-    int mode;   /* MODE_MSG or MODE_DCHAN */
+    int mode;   /* MODE_MSG, MODE_DCHAN, or MODE_NONE where none_ok */
+    int none_ok; /* set by an app that offers --mode none */
     int verify;
     int detect; /* -1: from DCHAN_DETECT */
 };

@@ -2,22 +2,32 @@
 /*
  * jacobi3d: 7-point Jacobi sweeps for the Laplace equation on an
  * NX x NY x NZ grid of unknowns with fixed values on the surrounding
- * boundary layer, split into PX x PY x PZ blocks, one per MPI rank.
+ * boundary layer, split into PX x PY x PZ parts, one per MPI rank, each
+ * part split again into B blocks (--blocks, default 1).
  *
- * Every iteration each rank sends its six boundary planes ("faces") to the
- * neighbours and sweeps its block. Both modes use the same code except for
- * the transport, so that the comparison is fair:
- *   - faces are packed with the same code into contiguous buffers;
+ * Every iteration each block sends its six boundary planes ("faces") to
+ * the neighbour blocks, on this rank or another, and sweeps. The exchange
+ * overlaps the sweep: the interior of every block (the cells that read no
+ * neighbour's face) is swept while the faces are in flight, then each
+ * block's boundary layer once its faces arrived; that sweep packs the
+ * block's faces of the next iteration as it computes them, and they leave
+ * right after it. All modes run the same code except for the transport,
+ * so that the comparison is fair:
+ *   - faces are packed with the same code, straight into where the
+ *     transport takes them from, and sent faces to other ranks first;
  *   - received faces land in per-face buffers that the sweep reads in place
  *     as ghost values: there is no unpack copy in either mode;
  *   - msg:   faces packed into pack buffers (two per face, used on alternate
- *            iterations), MPI_Isend of those, MPI_Irecv pre-posted one
- *            iteration ahead into two receive buffers per face;
- *   - dchan: one credited channel of depth 2 per face and neighbour, created
+ *            iterations), MPI_Isend of those (to this rank too), MPI_Irecv
+ *            pre-posted one iteration ahead into two receive buffers per face;
+ *   - dchan: one credited channel of depth 2 per face and neighbour block
+ *            (a self channel when the neighbour is on this rank), created
  *            once; the sender packs its face straight into the neighbour's
  *            slot where the provider maps it (dchan_put_ptr), then one
  *            dchan_put; the sweep reads the face in the slot (dchan_slot),
- *            and dchan_ready hands the slot back. See run_dchan().
+ *            and dchan_ready hands the slot back. See run()'s comment;
+ *   - none:  no exchange: neighbours' faces read zeros. The compute floor of
+ *            the same decomposition; not verified.
  */
 #include "config.h"
 
@@ -35,6 +45,22 @@
 
 #include "app.h"
 
+/* The exchange is timed several times per iteration (once per block): by
+ * the cycle counter where there is one (about 10 ns a read, MPI_Wtime 30),
+ * converted to seconds against MPI_Wtime over the whole timed run. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline double ticks(void)
+{
+    return (double)__rdtsc();
+}
+#else
+static inline double ticks(void)
+{
+    return MPI_Wtime();
+}
+#endif
+
 enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
 
 /* Faces are numbered so that f ^ 1 is the opposite face. */
@@ -48,30 +74,68 @@ enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
 /* Slots of each dchan receive channel: the neighbour may put the face of
  * the next iteration while this rank still sweeps with the current one. */
 #define DEPTH 2
-/* The parallel and serial runs call the same sweep code, which adds the
- * same values in the same order (no multiply-add to contract), so they
- * agree bit for bit: verification demands it. A stale or misplaced face
- * shows up as a difference of order 1e-3 or more; even a single 1e-9
- * perturbation early on would still differ by ~1e-13 at the end. */
+/* The parallel and serial runs compute every cell with the same expression
+ * (no multiply-add to contract), whatever the order in which cells are
+ * visited, so they agree bit for bit: verification demands it. A stale or
+ * misplaced face shows up as a difference of order 1e-3 or more; even a
+ * single 1e-9 perturbation early on would still differ by ~1e-13 at the end. */
 #define VERIFY_TOL 0.0
+/* dchan's default number of credited channels one rank may receive from
+ * each peer (DCHAN_CREDIT_WORDS); many blocks per rank need more. */
+#define CREDIT_WORDS_DEFAULT 256
 
 struct options {
     int grid[3];
     int procs[3];   /* 0: let MPI_Dims_create choose */
+    int blocks;     /* blocks per rank */
     struct app_common c; /* --iters, --mode, --verify, --detect */
 };
 
-/* One rank's part of the grid. */
+/*
+ * The decomposition, the same on every rank: the grid is split into
+ * nblk[0] x nblk[1] x nblk[2] blocks (uneven splits as split() makes them),
+ * and rank (px,py,pz) owns the bpr[0] x bpr[1] x bpr[2] blocks from block
+ * (px*bpr[0], py*bpr[1], pz*bpr[2]) on. With one block per rank this is
+ * the plain split of the grid over the ranks.
+ */
+struct layout {
+    int grid[3], procs[3];
+    int bpr[3];     /* blocks per rank along x, y, z */
+    int nblk[3];    /* blocks along x, y, z: procs[d] * bpr[d] */
+    int nlocal;     /* blocks per rank */
+};
+
+/* One block of the grid, with what its exchange needs. */
 struct block {
     int n[3];       /* unknowns along x, y, z */
     int off[3];     /* global index of the block's first unknown */
-    int coord[3];   /* position in the process grid */
-    int nb[NFACES]; /* neighbour rank across each face, -1 on the boundary */
+    int nb_rank[NFACES]; /* owner of the neighbour block across each face, -1 on the boundary */
+    int nb_idx[NFACES];  /* the neighbour's index among its owner's blocks */
     size_t fsize[NFACES]; /* doubles in each face */
+    int lo[3], hi[3];     /* interior box [lo, hi): the cells that read no exchanged face */
+    double *u, *v;        /* this iteration's values and the next */
+    double *bface[NFACES];  /* fixed boundary values, where nb_rank[f] < 0 */
+    /* msg: outgoing and incoming faces, [parity][face]; none: recv[0] zeros */
+    double *pack[2][NFACES], *recv[2][NFACES];
+    /* dchan, per face with a neighbour block */
+    dchan_handle_t *rh[NFACES]; /* receive: neighbour across f -> slots[f] */
+    dchan_handle_t *sh[NFACES]; /* send: -> the neighbour's slots[opposite] */
+    double *slots[NFACES];      /* DEPTH slots of fsize[f] doubles each */
+    double *sbuf[NFACES];       /* send buffer, where dchan_put_ptr cannot give the slot */
+    int arrived[NFACES];        /* faces arrived on rh[f] since creation */
 };
 
+/* This rank's blocks and the order in which it serves them. */
+struct domain {
+    struct layout L;
+    int me;
+    int mode;
+    struct block *blk;          /* L.nlocal blocks */
+    int *wait_order;            /* blocks by faces from other ranks, most first */
+    MPI_Request *rreq[2], *sreq[2]; /* msg: [parity][block * NFACES + face] */
+    double comm;                /* ticks() in the calls of the face exchange */
+};
 
-/* Fatal error after the ranks went their own ways: stop the whole job. */
 /* Fixed value on the boundary layer; global indices run from -1 to N. */
 static double boundary_value(const int grid[3], long gi, long gj, long gk)
 {
@@ -94,20 +158,102 @@ static int rank_of(const int procs[3], int cx, int cy, int cz)
     return (cx * procs[1] + cy) * procs[2] + cz;
 }
 
-static void block_init(struct block *b, const int grid[3], const int procs[3], int rank)
+/*
+ * Splits each rank's part into blocks blocks: of the factorisations
+ * bx * by * bz = blocks whose global block grid fits the grid (at least one
+ * unknown per block along each axis), the one that cuts the least face
+ * area in all, and among equals the one with the fewest cuts along z, then
+ * y (z faces are strided gathers, x faces one memcpy). Returns -1 when
+ * none fits.
+ */
+static int layout_init(struct layout *L, const int grid[3], const int procs[3], int blocks)
 {
-    b->coord[2] = rank % procs[2];
-    b->coord[1] = rank / procs[2] % procs[1];
-    b->coord[0] = rank / procs[2] / procs[1];
-    for (int d = 0; d < 3; d++) {
-        split(grid[d], procs[d], b->coord[d], &b->n[d], &b->off[d]);
-        int lo = b->coord[d] - 1, hi = b->coord[d] + 1, c[3];
+    double best = -1.0;
+    int bestz = 0, besty = 0;
 
-        memcpy(c, b->coord, sizeof c);
-        c[d] = lo;
-        b->nb[2 * d] = lo >= 0 ? rank_of(procs, c[0], c[1], c[2]) : -1;
-        c[d] = hi;
-        b->nb[2 * d + 1] = hi < procs[d] ? rank_of(procs, c[0], c[1], c[2]) : -1;
+    memcpy(L->grid, grid, sizeof L->grid);
+    memcpy(L->procs, procs, sizeof L->procs);
+    L->nlocal = blocks;
+    for (int bx = 1; bx <= blocks; bx++) {
+        if (blocks % bx)
+            continue;
+        for (int by = 1; by <= blocks / bx; by++) {
+            if ((blocks / bx) % by)
+                continue;
+            const int b[3] = { bx, by, blocks / bx / by };
+            double cut = 0.0;
+            int fits = 1;
+
+            for (int d = 0; d < 3; d++) {
+                long long nb = (long long)procs[d] * b[d];
+                fits &= nb <= grid[d];
+                cut += (nb - 1) * ((double)grid[(d + 1) % 3] * grid[(d + 2) % 3]);
+            }
+            const int nz = procs[2] * b[2], ny = procs[1] * b[1];
+            if (!fits || (best >= 0.0 && (cut > best || (cut == best && (nz > bestz ||
+                                                        (nz == bestz && ny >= besty))))))
+                continue;
+            best = cut;
+            bestz = nz;
+            besty = ny;
+            for (int d = 0; d < 3; d++) {
+                L->bpr[d] = b[d];
+                L->nblk[d] = procs[d] * b[d];
+            }
+        }
+    }
+    return best < 0.0 ? -1 : 0;
+}
+
+static int owner_of(const struct layout *L, const int g[3])
+{
+    return rank_of(L->procs, g[0] / L->bpr[0], g[1] / L->bpr[1], g[2] / L->bpr[2]);
+}
+
+static int local_index(const struct layout *L, const int g[3])
+{
+    return ((g[0] % L->bpr[0]) * L->bpr[1] + g[1] % L->bpr[1]) * L->bpr[2] + g[2] % L->bpr[2];
+}
+
+/* Global block coordinates of block idx of rank. */
+static void block_coords(const struct layout *L, int rank, int idx, int g[3])
+{
+    const int p[3] = { rank / L->procs[2] / L->procs[1], rank / L->procs[2] % L->procs[1],
+                       rank % L->procs[2] };
+    const int l[3] = { idx / L->bpr[2] / L->bpr[1], idx / L->bpr[2] % L->bpr[1],
+                       idx % L->bpr[2] };
+
+    for (int d = 0; d < 3; d++)
+        g[d] = p[d] * L->bpr[d] + l[d];
+}
+
+/* Geometry and neighbours of block idx of rank; buffers untouched. */
+static void block_init(struct block *b, const struct layout *L, int rank, int idx)
+{
+    int g[3];
+
+    block_coords(L, rank, idx, g);
+    for (int d = 0; d < 3; d++) {
+        split(L->grid[d], L->nblk[d], g[d], &b->n[d], &b->off[d]);
+        for (int s = 0; s < 2; s++) {
+            const int f = 2 * d + s;
+            int c[3];
+
+            memcpy(c, g, sizeof c);
+            c[d] += s ? 1 : -1;
+            if (c[d] < 0 || c[d] >= L->nblk[d]) {
+                b->nb_rank[f] = b->nb_idx[f] = -1;
+            } else {
+                b->nb_rank[f] = owner_of(L, c);
+                b->nb_idx[f] = local_index(L, c);
+            }
+        }
+        /* Cells next to an exchanged face wait for it; those next to the
+         * fixed boundary do not. An empty interior has lo == hi. */
+        b->lo[d] = b->nb_rank[2 * d] >= 0;
+        b->hi[d] = b->n[d] - (b->nb_rank[2 * d + 1] >= 0);
+        if (b->hi[d] < b->lo[d])
+            b->hi[d] = b->lo[d];
     }
     b->fsize[XLO] = b->fsize[XHI] = (size_t)b->n[1] * b->n[2];
     b->fsize[YLO] = b->fsize[YHI] = (size_t)b->n[0] * b->n[2];
@@ -179,177 +325,136 @@ static void pack_face(const struct block *b, const double *u, int f, double *out
     }
 }
 
+/* Cells [k0, k1) of a row: short rows are common with many blocks, where
+ * an inline loop beats a call of memcpy. */
+static inline void copy_row(double *restrict dst, const double *restrict src, int k0, int k1)
+{
+    for (int k = k0; k < k1; k++)
+        dst[k] = src[k];
+}
+
 /*
- * One Jacobi sweep: v = mean of the six neighbours of u. Values outside the
- * block come from face[] (a neighbour's face as received, or the fixed
- * boundary). Returns the sum of the squared updates when want_res is set.
- * The serial reference runs this same function on the whole grid, so both
- * add the same values in the same order.
+ * One Jacobi update, v = mean of the six neighbours of u, on the cells
+ * [lo, hi) of the block. Values outside the block come from face[] (a
+ * neighbour's face as received, or the fixed boundary); a face is read
+ * only by the cells next to it, so the interior box may pass NULL for the
+ * faces still in flight. Every cell gets the same expression in any box,
+ * so a sweep split into boxes equals one sweep of the whole block, and the
+ * serial reference (the whole grid as one box) equals both.
+ *
+ * Where out[f] is set, the new values of the plane next to face f are also
+ * stored there, in pack_face's layout, as each row is computed: the pack
+ * of the next iteration's face, fused into the sweep while the row is in
+ * L1 (out may be NULL: nothing to pack).
  */
-static double sweep(const struct block *b, const double *u, double *v,
-                    const double *const face[NFACES], int want_res)
+static void sweep_box(const struct block *b, const double *u, double *v,
+                      const double *const face[NFACES], double *const *out, const int lo[3],
+                      const int hi[3])
 {
     const int nx = b->n[0], ny = b->n[1], nz = b->n[2];
     const size_t plane = (size_t)ny * nz;
     const double sixth = 1.0 / 6.0;
-    double res = 0.0;
+    const int k0 = lo[2], k1 = hi[2];
 
-    for (int i = 0; i < nx; i++) {
-        for (int j = 0; j < ny; j++) {
+    if (k0 >= k1)
+        return;
+    for (int i = lo[0]; i < hi[0]; i++) {
+        for (int j = lo[1]; j < hi[1]; j++) {
             const double *c = u + i * plane + (size_t)j * nz;
             const double *xm = i > 0 ? c - plane : face[XLO] + (size_t)j * nz;
             const double *xp = i < nx - 1 ? c + plane : face[XHI] + (size_t)j * nz;
             const double *ym = j > 0 ? c - nz : face[YLO] + (size_t)i * nz;
             const double *yp = j < ny - 1 ? c + nz : face[YHI] + (size_t)i * nz;
-            const double zm = face[ZLO][(size_t)i * ny + j];
-            const double zp = face[ZHI][(size_t)i * ny + j];
             double *o = v + i * plane + (size_t)j * nz;
+            int k = k0, kmid = k1 < nz - 1 ? k1 : nz - 1;
 
             /* The two ends of the row read the z faces; the middle is a
              * branch-free loop the compiler can vectorise. */
-            if (nz == 1) {
-                o[0] = ((xm[0] + xp[0]) + (ym[0] + yp[0]) + (zm + zp)) * sixth;
-            } else {
-                o[0] = ((xm[0] + xp[0]) + (ym[0] + yp[0]) + (zm + c[1])) * sixth;
-                for (int k = 1; k < nz - 1; k++)
-                    o[k] = ((xm[k] + xp[k]) + (ym[k] + yp[k]) + (c[k - 1] + c[k + 1])) * sixth;
+            if (k == 0) {
+                const double zm = face[ZLO][(size_t)i * ny + j];
+                const double zr = nz > 1 ? c[1] : face[ZHI][(size_t)i * ny + j];
+                o[0] = ((xm[0] + xp[0]) + (ym[0] + yp[0]) + (zm + zr)) * sixth;
+                k = 1;
+            }
+            for (; k < kmid; k++)
+                o[k] = ((xm[k] + xp[k]) + (ym[k] + yp[k]) + (c[k - 1] + c[k + 1])) * sixth;
+            if (k1 == nz && nz > 1 && k == nz - 1) {
+                const double zp = face[ZHI][(size_t)i * ny + j];
                 o[nz - 1] = ((xm[nz - 1] + xp[nz - 1]) + (ym[nz - 1] + yp[nz - 1]) +
                              (c[nz - 2] + zp)) * sixth;
             }
-            if (want_res)
-                for (int k = 0; k < nz; k++)
-                    res += (o[k] - c[k]) * (o[k] - c[k]);
+            if (!out)
+                continue;
+            if (i == 0 && out[XLO])
+                copy_row(out[XLO] + (size_t)j * nz, o, k0, k1);
+            if (i == nx - 1 && out[XHI])
+                copy_row(out[XHI] + (size_t)j * nz, o, k0, k1);
+            if (j == 0 && out[YLO])
+                copy_row(out[YLO] + (size_t)i * nz, o, k0, k1);
+            if (j == ny - 1 && out[YHI])
+                copy_row(out[YHI] + (size_t)i * nz, o, k0, k1);
+            if (k0 == 0 && out[ZLO])
+                out[ZLO][(size_t)i * ny + j] = o[0];
+            if (k1 == nz && out[ZHI])
+                out[ZHI][(size_t)i * ny + j] = o[nz - 1];
         }
     }
+}
+
+/* The block's interior box (no exchanged face read, none packed: the
+ * cells of an exchanged face are next to it, so in the boundary layer). */
+static void sweep_interior(const struct block *b, const double *const face[NFACES])
+{
+    sweep_box(b, b->u, b->v, face, NULL, b->lo, b->hi);
+}
+
+/* Everything outside the interior box, as up to six disjoint boxes: the x
+ * slabs, then the y slabs between them, then the z ends of the rows left;
+ * packing the next faces into out (may be NULL). */
+static void sweep_boundary(const struct block *b, const double *const face[NFACES],
+                           double *const *out)
+{
+    for (int d = 0; d < 3; d++) {
+        int lo[3], hi[3];
+
+        for (int e = 0; e < 3; e++) {
+            lo[e] = e < d ? b->lo[e] : 0;
+            hi[e] = e < d ? b->hi[e] : b->n[e];
+        }
+        hi[d] = b->lo[d];
+        sweep_box(b, b->u, b->v, face, out, lo, hi);
+        lo[d] = b->hi[d];
+        hi[d] = b->n[d];
+        sweep_box(b, b->u, b->v, face, out, lo, hi);
+    }
+}
+
+/* Sum of the squared updates v - u over the block, row by row. */
+static double residual(const struct block *b)
+{
+    const size_t cells = (size_t)b->n[0] * b->n[1] * b->n[2];
+    double res = 0.0;
+
+    for (size_t x = 0; x < cells; x++)
+        res += (b->v[x] - b->u[x]) * (b->v[x] - b->u[x]);
     return res;
+}
+
+/* Faces of a block for the interior sweep: the fixed ones, NULL for those
+ * still in flight (never read there). */
+static void interior_faces(const struct block *b, const double *face[NFACES])
+{
+    for (int f = 0; f < NFACES; f++)
+        face[f] = b->nb_rank[f] >= 0 ? NULL : b->bface[f];
 }
 
 /* ---- communication -------------------------------------------------------- */
 
-/*
- * Buffers of one rank. In msg mode everything that carries faces is
- * doubled, index [parity][face], parity = iteration & 1 (see run_msg());
- * dchan mode keeps its buffers with its channels (struct channels).
- */
-struct comm {
-    double *pack[2][NFACES];  /* msg: outgoing faces, contiguous */
-    double *recv[2][NFACES];  /* msg: incoming faces, read by the sweep in place */
-    double *bface[NFACES];    /* fixed boundary values, where nb[f] < 0 */
-    MPI_Request rreq[2][NFACES], sreq[2][NFACES]; /* msg mode */
-};
-
-
-static void faces_of(const struct block *b, const struct comm *cm, int parity,
-                     const double *face[NFACES])
+/* Tag of the messages and wires for face f of block idx of the receiving
+ * rank: unique between two ranks, since a rank's blocks are numbered. */
+static int face_tag(int idx, int f)
 {
-    for (int f = 0; f < NFACES; f++)
-        face[f] = b->nb[f] >= 0 ? cm->recv[parity][f] : cm->bface[f];
-}
-
-/* Iterations [first, end) of iters; returns the squared update of the
- * last iteration (0 when it is not among these). */
-static double run_msg(const struct block *b, struct comm *cm, double **u, double **v, int first,
-                      int end, int iters)
-{
-    MPI_Request (*rreq)[NFACES] = cm->rreq, (*sreq)[NFACES] = cm->sreq;
-    double res = 0.0;
-
-    /* Tag = the sender's face; the receiver expects its opposite. MPI's
-     * non-overtaking rule keeps consecutive iterations in order. */
-    if (first == 0)
-        for (int f = 0; f < NFACES; f++)
-            if (b->nb[f] >= 0)
-                MPI_Irecv(cm->recv[0][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f], OPPOSITE(f),
-                          MPI_COMM_WORLD, &rreq[0][f]);
-    for (int it = first; it < end; it++) {
-        const int p = it & 1;
-        const double *face[NFACES];
-
-        /* The sends of iteration it-2 read pack[p]; they must be done. */
-        MPI_Waitall(NFACES, sreq[p], MPI_STATUSES_IGNORE);
-        for (int f = 0; f < NFACES; f++) {
-            if (b->nb[f] < 0)
-                continue;
-            pack_face(b, *u, f, cm->pack[p][f]);
-            MPI_Isend(cm->pack[p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f], f, MPI_COMM_WORLD,
-                      &sreq[p][f]);
-        }
-        /* Pre-post the next iteration's receives: recv[1-p] was consumed by
-         * the sweep of iteration it-1. */
-        if (it + 1 < iters)
-            for (int f = 0; f < NFACES; f++)
-                if (b->nb[f] >= 0)
-                    MPI_Irecv(cm->recv[1 - p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb[f],
-                              OPPOSITE(f), MPI_COMM_WORLD, &rreq[1 - p][f]);
-        MPI_Waitall(NFACES, rreq[p], MPI_STATUSES_IGNORE);
-        faces_of(b, cm, p, face);
-        res = sweep(b, *u, *v, face, it == iters - 1);
-        double *t = *u;
-        *u = *v;
-        *v = t;
-    }
-    if (end == iters)
-        MPI_Waitall(2 * NFACES, &sreq[0][0], MPI_STATUSES_IGNORE);
-    return res;
-}
-
-/*
- * dchan mode: per face with a neighbour, one receive channel (the
- * neighbour's face of every iteration lands in one of its DEPTH slots) and
- * one send channel (this rank's face, into the neighbour's receive channel
- * for the opposite face).
- */
-struct channels {
-    dchan_handle_t *rh[NFACES]; /* receive: neighbour across f -> slots[f] */
-    dchan_handle_t *sh[NFACES]; /* send: -> the neighbour's slots[opposite] */
-    double *slots[NFACES];      /* DEPTH slots of fsize[f] doubles each */
-    double *sbuf[NFACES];       /* send buffer: packed into where dchan_put_ptr
-                                 * cannot give the neighbour's slot itself */
-    int arrived[NFACES];        /* faces arrived on rh[f] since creation */
-};
-
-/* Creates the channels and their buffers. Wires travel by MPI, once. */
-static void setup_channels(dchan_ctx_t *ctx, const struct block *b, struct channels *ch)
-{
-    dchan_wire_t mine[NFACES], theirs[NFACES];
-    dchan_handle_attr_t hattr;
-    MPI_Request req[2 * NFACES];
-    int nreq = 0, rc;
-
-    memset(ch, 0, sizeof *ch);
-    dchan_handle_attr_init(&hattr);
-    hattr.credit = 1;
-    hattr.depth = DEPTH;
-    for (int f = 0; f < NFACES; f++) {
-        if (b->nb[f] < 0)
-            continue;
-        /* From dchan_alloc: under shm the neighbour maps the slots and packs
-         * its face straight into them. */
-        ch->slots[f] = app_buf_alloc(ctx, DEPTH * b->fsize[f]);
-        ch->sbuf[f] = app_buf_alloc(ctx, b->fsize[f]);
-        rc = dchan_create_handle_attr(ctx, b->nb[f], ch->slots[f], b->fsize[f] * sizeof(double),
-                                      SENTINEL_OOB, app_count_arrival, &ch->arrived[f], &hattr,
-                                      &ch->rh[f]);
-        if (rc == DCHAN_ERR_UNSUPPORTED)
-            app_die("dchan_create_handle_attr: the provider serving a neighbour offers no "
-                    "credited channels (credit 1, depth 2), which dchan mode needs");
-        if (rc == DCHAN_SUCCESS)
-            rc = dchan_handle_export(ch->rh[f], &mine[f]);
-        if (rc != DCHAN_SUCCESS)
-            app_die_dchan("dchan_create_handle_attr", rc);
-        MPI_Isend(&mine[f], sizeof mine[f], MPI_BYTE, b->nb[f], f, MPI_COMM_WORLD, &req[nreq++]);
-        MPI_Irecv(&theirs[f], sizeof theirs[f], MPI_BYTE, b->nb[f], OPPOSITE(f), MPI_COMM_WORLD,
-                  &req[nreq++]);
-    }
-    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
-    for (int f = 0; f < NFACES; f++) {
-        if (b->nb[f] < 0)
-            continue;
-        rc = dchan_assoc_local(ctx, &theirs[f], ch->sbuf[f], b->fsize[f] * sizeof(double),
-                               &ch->sh[f]);
-        if (rc != DCHAN_SUCCESS)
-            app_die_dchan("dchan_assoc_local", rc);
-    }
+    return idx * NFACES + f;
 }
 
 /* Dies on an error from dchan_progress/dchan_wait or one reported on a
@@ -362,13 +467,41 @@ static void check_progress(int rc, const char *what)
         app_die_dchan("channel", app_async_error);
 }
 
+/* msg: posts the receives of iteration it: recv[it & 1] was last read by
+ * the sweep of iteration it-2. */
+static void msg_post(struct domain *dm, int it)
+{
+    const int p = it & 1;
+
+    for (int bi = 0; bi < dm->L.nlocal; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        for (int f = 0; f < NFACES; f++)
+            if (b->nb_rank[f] >= 0)
+                MPI_Irecv(b->recv[p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb_rank[f],
+                          face_tag(bi, f), MPI_COMM_WORLD, &dm->rreq[p][bi * NFACES + f]);
+    }
+}
+
+/* msg: sends face f of block bi for iteration it, packed in pack[it & 1]. */
+static void msg_send(struct domain *dm, int bi, int f, int it)
+{
+    struct block *b = &dm->blk[bi];
+    const int p = it & 1;
+
+    /* MPI's non-overtaking rule keeps consecutive iterations in order. */
+    MPI_Isend(b->pack[p][f], (int)b->fsize[f], MPI_DOUBLE, b->nb_rank[f],
+              face_tag(b->nb_idx[f], OPPOSITE(f)), MPI_COMM_WORLD,
+              &dm->sreq[p][bi * NFACES + f]);
+}
+
 /* Where to pack the next face on send channel sh: the neighbour's slot
  * itself where it is mapped here (shm with the slots from dchan_alloc, or
  * self; never under SENTINEL detection, whose tail written in place would
  * announce the face early), else sh's send buffer, which dchan_put then
  * copies into the slot. Without credit (the neighbour has not handed the
- * slot back yet) this drives progress until the credit comes; see
- * run_dchan(). */
+ * slot back yet) this drives progress until the credit comes; see run()'s
+ * comment. */
 static double *face_target(dchan_ctx_t *ctx, dchan_handle_t *sh)
 {
     double deadline = 0.0;
@@ -393,148 +526,459 @@ static double *face_target(dchan_ctx_t *ctx, dchan_handle_t *sh)
     return p;
 }
 
+/* Where block bi packs its faces of iteration it (all faces with a
+ * neighbour): msg's pack[it & 1], once the sends of iteration it-2 from
+ * there are done; dchan's face_target. */
+static void pack_targets(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
+                         double *out[NFACES])
+{
+    struct block *b = &dm->blk[bi];
+    const int p = it & 1;
+
+    if (dm->mode == MODE_MSG)
+        MPI_Waitall(NFACES, &dm->sreq[p][bi * NFACES], MPI_STATUSES_IGNORE);
+    for (int f = 0; f < NFACES; f++) {
+        if (b->nb_rank[f] < 0)
+            out[f] = NULL;
+        else if (dm->mode == MODE_MSG)
+            out[f] = b->pack[p][f];
+        else
+            out[f] = face_target(ctx, b->sh[f]);
+    }
+}
+
+/* Sends what block bi packed for iteration it, faces to other ranks first
+ * (theirs is the longer way). */
+static void send_faces(struct domain *dm, int bi, int it)
+{
+    struct block *b = &dm->blk[bi];
+    int rc;
+
+    for (int pass = 0; pass < 2; pass++)
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb_rank[f] < 0 || (b->nb_rank[f] == dm->me) != pass)
+                continue;
+            if (dm->mode == MODE_MSG)
+                msg_send(dm, bi, f, it);
+            else if ((rc = dchan_put(b->sh[f])) != DCHAN_SUCCESS)
+                app_die_dchan("dchan_put", rc);
+        }
+}
+
 /* Whether a face of iteration it (counted from 0 since the channels were
- * created) is still missing. */
-static int faces_missing(const struct channels *ch, int it)
+ * created) is still missing on block b. */
+static int faces_missing(const struct block *b, int it)
 {
     for (int f = 0; f < NFACES; f++)
-        if (ch->rh[f] && ch->arrived[f] <= it)
+        if (b->rh[f] && b->arrived[f] <= it)
             return 1;
     return 0;
 }
 
-/*
- * The dchan scheme. Each face and neighbour has one credited channel of
- * depth 2: the receiver's buffer holds two slots, the n-th put lands in
- * slot n mod 2, and the sender may put only into a slot that the receiver
- * handed back (dchan_ready returns its credit). In iteration it a rank
- *   - packs each face straight into where dchan_put_ptr points (the
- *     neighbour's slot for iteration it where it is mapped here, else the
- *     send buffer) and dchan_puts it;
- *   - waits until every neighbour's face of iteration it arrived (per-face
- *     counts: a neighbour may already have put its face of iteration it+1
- *     into the other slot, while another's face of iteration it is still
- *     on the way);
- *   - sweeps, reading each face in its slot (dchan_slot: the oldest one
- *     not handed back, here the one of iteration it);
- *   - hands the slots back (dchan_ready).
- *
- * Correctness no longer rests on the solver's data dependence: the library
- * enforces the credit, so a put never overwrites a slot the receiver still
- * reads. The credit almost never makes a rank wait: the slot of iteration it was last used in
- * iteration it-2, and the neighbour handed it back before it put its face
- * of iteration it-1, which this rank needed to finish iteration it-1. When
- * dchan_put_ptr still answers DCHAN_ERR_AGAIN (a credit written by the
- * neighbour's transport but not landed yet), face_target drives progress
- * until it lands. Two slots let a neighbour put its next face while this
- * rank still sweeps with the current one; with one slot it would wait for
- * that sweep.
- *
- * The send buffer is only rewritten when dchan_put_ptr returns it, which
- * it does once the previous put from it completed locally.
- */
-static double run_dchan(dchan_ctx_t *ctx, const struct block *b, struct comm *cm,
-                        struct channels *ch, double **u, double **v, int first, int end,
-                        int iters)
+/* Waits for block bi's faces of iteration it and says where they are. */
+static void wait_faces(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
+                       const double *face[NFACES])
 {
-    double res = 0.0;
+    struct block *b = &dm->blk[bi];
+    const int p = it & 1;
     int rc;
 
-    for (int it = first; it < end; it++) {
-        const double *face[NFACES];
-
-        for (int f = 0; f < NFACES; f++) {
-            if (!ch->sh[f])
-                continue;
-            pack_face(b, *u, f, face_target(ctx, ch->sh[f]));
-            if ((rc = dchan_put(ch->sh[f])) != DCHAN_SUCCESS)
-                app_die_dchan("dchan_put", rc);
-        }
+    switch (dm->mode) {
+    case MODE_MSG:
+        MPI_Waitall(NFACES, &dm->rreq[p][bi * NFACES], MPI_STATUSES_IGNORE);
+        for (int f = 0; f < NFACES; f++)
+            face[f] = b->nb_rank[f] >= 0 ? b->recv[p][f] : b->bface[f];
+        break;
+    case MODE_DCHAN:
         /* Callbacks (app_count_arrival) run only inside our dchan_wait and
          * dchan_progress calls. */
-        while (faces_missing(ch, it))
+        while (faces_missing(b, it))
             check_progress(dchan_wait(ctx, WAIT_TIMEOUT_MS), "waiting for neighbour faces");
         for (int f = 0; f < NFACES; f++) {
             void *slot;
 
-            if (!ch->rh[f]) {
-                face[f] = cm->bface[f];
+            if (!b->rh[f]) {
+                face[f] = b->bface[f];
                 continue;
             }
-            if ((rc = dchan_slot(ch->rh[f], &slot)) != DCHAN_SUCCESS)
+            if ((rc = dchan_slot(b->rh[f], &slot)) != DCHAN_SUCCESS)
                 app_die_dchan("dchan_slot", rc);
             face[f] = slot;
         }
-        res = sweep(b, *u, *v, face, it == iters - 1);
-        /* Done with the slots of iteration it: hand them back. */
+        break;
+    default:
         for (int f = 0; f < NFACES; f++)
-            if (ch->rh[f] && (rc = dchan_ready(ch->rh[f])) != DCHAN_SUCCESS)
-                app_die_dchan("dchan_ready", rc);
-        double *t = *u;
-        *u = *v;
-        *v = t;
+            face[f] = b->nb_rank[f] >= 0 ? b->recv[0][f] : b->bface[f];
+        break;
     }
+}
+
+/* dchan: block bi is done with the slots of this iteration: hand them back. */
+static void release_faces(struct domain *dm, int bi)
+{
+    int rc;
+
+    for (int f = 0; f < NFACES; f++)
+        if (dm->blk[bi].rh[f] && (rc = dchan_ready(dm->blk[bi].rh[f])) != DCHAN_SUCCESS)
+            app_die_dchan("dchan_ready", rc);
+}
+
+/*
+ * Iterations [first, end) of iters; returns the squared update of the last
+ * iteration (0 when it is not among these) and adds the time spent in the
+ * exchange to dm->comm (in ticks()).
+ *
+ * The faces a block sends in iteration it are the planes next to its faces
+ * of the values computed in iteration it-1, and those planes are computed
+ * in the boundary sweep (they are next to an exchanged face). So the
+ * boundary sweep of iteration it-1 packs them as it computes them
+ * (sweep_box's out), and the block sends them right after its sweep; only
+ * iteration 0 packs the initial values with pack_face. In iteration it a
+ * rank
+ *   - (msg) posts the receives of iteration it+1;
+ *   - sweeps the interior of every block, which reads no exchanged face,
+ *     while the faces of iteration it are in flight;
+ *   - block by block (those with the most faces from other ranks first,
+ *     so that their next faces leave early):
+ *       waits for the block's faces of iteration it and finds where to
+ *       pack its faces of iteration it+1: msg's pack buffer of that
+ *       parity; dchan_put_ptr's target, the neighbour block's slot itself
+ *       where it is mapped here, else the send buffer;
+ *       sweeps the block's boundary layer, packing;
+ *       (dchan) hands the block's slots back (dchan_ready);
+ *       sends: MPI_Isend, or dchan_put.
+ * The exchange time is all of it but the sweeps (the fused pack is part of
+ * the sweep; only iteration 0 packs apart).
+ *
+ * dchan: each face has one credited channel of depth 2: the receiver's
+ * buffer holds two slots, the n-th put lands in slot n mod 2, and the
+ * sender may put only into a slot that the receiver handed back. The
+ * library enforces the credit, so a put never overwrites a slot the
+ * receiver still reads. It almost never makes a rank wait: the face of
+ * iteration it+1 goes into the slot that held iteration it-1's, and the
+ * neighbour block handed that back before it put its face of iteration
+ * it, which this block waited for just before. When dchan_put_ptr still
+ * answers DCHAN_ERR_AGAIN (a credit written by the neighbour's transport
+ * but not landed yet), face_target drives progress until it lands.
+ * Per-face arrival counts tell iterations apart: a neighbour may already
+ * have put its face of iteration it+1 into the other slot, while another's
+ * face of iteration it is still on the way.
+ */
+static double run(dchan_ctx_t *ctx, struct domain *dm, int first, int end, int iters)
+{
+    double res = 0.0, t;
+
+    for (int it = first; it < end; it++) {
+        const int more = it + 1 < iters; /* is there a next iteration to send for */
+        const double *face[NFACES];
+        double *out[NFACES];
+
+        t = ticks();
+        if (dm->mode == MODE_MSG) {
+            if (it == 0)
+                msg_post(dm, 0);
+            if (more)
+                msg_post(dm, it + 1);
+        }
+        if (it == 0 && dm->mode != MODE_NONE)
+            for (int bi = 0; bi < dm->L.nlocal; bi++) {
+                pack_targets(ctx, dm, bi, 0, out);
+                for (int f = 0; f < NFACES; f++)
+                    if (out[f])
+                        pack_face(&dm->blk[bi], dm->blk[bi].u, f, out[f]);
+                send_faces(dm, bi, 0);
+            }
+        if (dm->mode != MODE_NONE)
+            dm->comm += ticks() - t;
+        for (int bi = 0; bi < dm->L.nlocal; bi++) {
+            interior_faces(&dm->blk[bi], face);
+            sweep_interior(&dm->blk[bi], face);
+        }
+        for (int w = 0; w < dm->L.nlocal; w++) {
+            const int bi = dm->wait_order[w];
+
+            if (dm->mode == MODE_NONE) {
+                wait_faces(ctx, dm, bi, it, face);
+                sweep_boundary(&dm->blk[bi], face, NULL);
+                continue;
+            }
+            t = ticks();
+            wait_faces(ctx, dm, bi, it, face);
+            if (more)
+                pack_targets(ctx, dm, bi, it + 1, out);
+            dm->comm += ticks() - t;
+            sweep_boundary(&dm->blk[bi], face, more ? out : NULL);
+            t = ticks();
+            if (dm->mode == MODE_DCHAN)
+                release_faces(dm, bi);
+            if (more)
+                send_faces(dm, bi, it + 1);
+            dm->comm += ticks() - t;
+        }
+        if (it == iters - 1)
+            for (int bi = 0; bi < dm->L.nlocal; bi++)
+                res += residual(&dm->blk[bi]);
+        for (int bi = 0; bi < dm->L.nlocal; bi++) {
+            double *x = dm->blk[bi].u;
+            dm->blk[bi].u = dm->blk[bi].v;
+            dm->blk[bi].v = x;
+        }
+    }
+    if (end == iters && dm->mode == MODE_MSG)
+        MPI_Waitall(2 * dm->L.nlocal * NFACES, dm->sreq[0], MPI_STATUSES_IGNORE);
     return res;
 }
 
-static void teardown_channels(dchan_ctx_t *ctx, struct channels *ch)
+/* Receive channels this rank takes from the peer that sends it most
+ * (itself included): each needs a credit word on that peer. */
+static int most_channels_from_one_peer(const struct domain *dm, int nranks)
+{
+    int *count = calloc(nranks, sizeof *count), most = 0;
+
+    if (!count)
+        app_die("out of memory");
+    for (int bi = 0; bi < dm->L.nlocal; bi++)
+        for (int f = 0; f < NFACES; f++)
+            if (dm->blk[bi].nb_rank[f] >= 0 && ++count[dm->blk[bi].nb_rank[f]] > most)
+                most = count[dm->blk[bi].nb_rank[f]];
+    free(count);
+    return most;
+}
+
+/* The allocator of a face buffer: dchan_alloc for faces to and from other
+ * ranks (under shm the neighbour maps them and packs straight into the
+ * slots), the heap for self channels and in the other modes. */
+static dchan_ctx_t *face_ctx(dchan_ctx_t *ctx, const struct domain *dm, const struct block *b,
+                             int f)
+{
+    return b->nb_rank[f] == dm->me ? NULL : ctx;
+}
+
+/* Creates the channels and their buffers. Wires travel by MPI, once. */
+static void setup_channels(dchan_ctx_t *ctx, struct domain *dm)
+{
+    const int n = dm->L.nlocal * NFACES;
+    dchan_wire_t *mine = malloc(n * sizeof *mine), *theirs = malloc(n * sizeof *theirs);
+    MPI_Request *req = malloc(2 * n * sizeof *req);
+    dchan_handle_attr_t hattr;
+    int nreq = 0, rc;
+
+    if (!mine || !theirs || !req)
+        app_die("out of memory");
+    dchan_handle_attr_init(&hattr);
+    hattr.credit = 1;
+    hattr.depth = DEPTH;
+    for (int bi = 0; bi < dm->L.nlocal; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        for (int f = 0; f < NFACES; f++) {
+            const int x = bi * NFACES + f;
+
+            if (b->nb_rank[f] < 0)
+                continue;
+            b->slots[f] = app_buf_alloc(face_ctx(ctx, dm, b, f), DEPTH * b->fsize[f]);
+            b->sbuf[f] = app_buf_alloc(face_ctx(ctx, dm, b, f), b->fsize[f]);
+            /* A neighbour on this rank makes it a self channel. */
+            rc = dchan_create_handle_attr(ctx, b->nb_rank[f], b->slots[f],
+                                          b->fsize[f] * sizeof(double), SENTINEL_OOB,
+                                          app_count_arrival, &b->arrived[f], &hattr, &b->rh[f]);
+            if (rc == DCHAN_ERR_UNSUPPORTED)
+                app_die("dchan_create_handle_attr: the provider serving a neighbour offers no "
+                        "credited channels (credit 1, depth 2), which dchan mode needs");
+            if (rc == DCHAN_ERR_NO_MEMORY)
+                app_die("dchan_create_handle_attr: out of credit words; raise "
+                        "DCHAN_CREDIT_WORDS to the channels a rank receives from one peer");
+            if (rc == DCHAN_SUCCESS)
+                rc = dchan_handle_export(b->rh[f], &mine[x]);
+            if (rc != DCHAN_SUCCESS)
+                app_die_dchan("dchan_create_handle_attr", rc);
+            MPI_Isend(&mine[x], sizeof mine[x], MPI_BYTE, b->nb_rank[f], face_tag(bi, f),
+                      MPI_COMM_WORLD, &req[nreq++]);
+            /* The wire of the neighbour's receive channel for the opposite
+             * face: this block's face f goes there. */
+            MPI_Irecv(&theirs[x], sizeof theirs[x], MPI_BYTE, b->nb_rank[f],
+                      face_tag(b->nb_idx[f], OPPOSITE(f)), MPI_COMM_WORLD, &req[nreq++]);
+        }
+    }
+    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    for (int bi = 0; bi < dm->L.nlocal; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb_rank[f] < 0)
+                continue;
+            rc = dchan_assoc_local(ctx, &theirs[bi * NFACES + f], b->sbuf[f],
+                                   b->fsize[f] * sizeof(double), &b->sh[f]);
+            if (rc != DCHAN_SUCCESS)
+                app_die_dchan("dchan_assoc_local", rc);
+        }
+    }
+    free(req);
+    free(theirs);
+    free(mine);
+}
+
+static void teardown_channels(dchan_ctx_t *ctx, struct domain *dm)
 {
     /* Every put has arrived (each receiver waited for all of them), but the
      * senders' local completion may lag; then no handle or buffer may go
      * while a neighbour could still touch it, hence the barrier. */
-    for (int f = 0; f < NFACES; f++)
-        if (ch->sh[f])
-            app_wait_put_done(ch->sh[f]);
+    for (int bi = 0; bi < dm->L.nlocal; bi++)
+        for (int f = 0; f < NFACES; f++)
+            if (dm->blk[bi].sh[f])
+                app_wait_put_done(dm->blk[bi].sh[f]);
     MPI_Barrier(MPI_COMM_WORLD);
-    for (int f = 0; f < NFACES; f++) {
-        if (ch->sh[f])
-            dchan_handle_destroy(ch->sh[f]);
-        if (ch->rh[f])
-            dchan_handle_destroy(ch->rh[f]);
-        if (ch->sbuf[f])
-            app_buf_free(ctx, ch->sbuf[f]);
-        if (ch->slots[f])
-            app_buf_free(ctx, ch->slots[f]);
+    for (int bi = 0; bi < dm->L.nlocal; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        for (int f = 0; f < NFACES; f++) {
+            if (b->sh[f])
+                dchan_handle_destroy(b->sh[f]);
+            if (b->rh[f])
+                dchan_handle_destroy(b->rh[f]);
+            if (b->sbuf[f])
+                app_buf_free(face_ctx(ctx, dm, b, f), b->sbuf[f]);
+            if (b->slots[f])
+                app_buf_free(face_ctx(ctx, dm, b, f), b->slots[f]);
+        }
     }
+}
+
+/* This rank's blocks, their buffers (but dchan's), and the orders. */
+static void domain_init(struct domain *dm, const struct layout *L, int me, int mode)
+{
+    const int nb = L->nlocal;
+
+    memset(dm, 0, sizeof *dm);
+    dm->L = *L;
+    dm->me = me;
+    dm->mode = mode;
+    dm->blk = calloc(nb, sizeof *dm->blk);
+    dm->wait_order = malloc(nb * sizeof *dm->wait_order);
+    /* One array for both parities' sends: run() waits for all at once. */
+    dm->sreq[0] = malloc(2 * nb * NFACES * sizeof **dm->sreq);
+    dm->rreq[0] = malloc(2 * nb * NFACES * sizeof **dm->rreq);
+    if (!dm->blk || !dm->wait_order || !dm->sreq[0] || !dm->rreq[0])
+        app_die("out of memory");
+    dm->sreq[1] = dm->sreq[0] + nb * NFACES;
+    dm->rreq[1] = dm->rreq[0] + nb * NFACES;
+    for (int x = 0; x < 2 * nb * NFACES; x++)
+        dm->sreq[0][x] = dm->rreq[0][x] = MPI_REQUEST_NULL;
+
+    for (int bi = 0; bi < nb; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        block_init(b, L, me, bi);
+        for (int f = 0; f < NFACES; f++) {
+            if (b->nb_rank[f] < 0) {
+                b->bface[f] = app_xalloc(b->fsize[f]);
+                fill_boundary_face(b, L->grid, f, b->bface[f]);
+            } else if (mode == MODE_MSG) {
+                for (int p = 0; p < 2; p++) {
+                    b->pack[p][f] = app_xalloc(b->fsize[f]);
+                    b->recv[p][f] = app_xalloc(b->fsize[f]);
+                }
+            } else if (mode == MODE_NONE) {
+                b->recv[0][f] = app_xalloc(b->fsize[f]);
+                memset(b->recv[0][f], 0, b->fsize[f] * sizeof(double));
+            }
+        }
+    }
+    for (int bi = 0; bi < nb; bi++) {
+        const size_t cells = (size_t)dm->blk[bi].n[0] * dm->blk[bi].n[1] * dm->blk[bi].n[2];
+
+        dm->blk[bi].u = app_xalloc(cells);
+        dm->blk[bi].v = app_xalloc(cells);
+        memset(dm->blk[bi].u, 0, cells * sizeof(double));
+        memset(dm->blk[bi].v, 0, cells * sizeof(double));
+    }
+    /* Blocks by faces from other ranks, most first, stable. */
+    int w = 0;
+    for (int want = NFACES; want >= 0; want--)
+        for (int bi = 0; bi < nb; bi++) {
+            int remote = 0;
+
+            for (int f = 0; f < NFACES; f++)
+                remote += dm->blk[bi].nb_rank[f] >= 0 && dm->blk[bi].nb_rank[f] != me;
+            if (remote == want)
+                dm->wait_order[w++] = bi;
+        }
+}
+
+static void domain_free(struct domain *dm)
+{
+    for (int bi = 0; bi < dm->L.nlocal; bi++) {
+        struct block *b = &dm->blk[bi];
+
+        for (int f = 0; f < NFACES; f++) {
+            free(b->bface[f]);
+            for (int p = 0; p < 2; p++) {
+                free(b->pack[p][f]);
+                free(b->recv[p][f]);
+            }
+        }
+        free(b->u);
+        free(b->v);
+    }
+    free(dm->blk);
+    free(dm->wait_order);
+    free(dm->rreq[0]);
+    free(dm->sreq[0]);
 }
 
 /* ---- verification --------------------------------------------------------- */
 
 /* Gathers the blocks on rank 0 and compares them with a serial run of the
  * same problem. Returns 1 if verified (on every rank), 0 if not. */
-static int verify(const struct options *o, const struct block *b, const double *u,
-                  int nranks, double *maxdiff_out)
+static int verify(const struct options *o, const struct domain *dm, int nranks,
+                  double *maxdiff_out)
 {
+    const struct layout *L = &dm->L;
     const size_t total = (size_t)o->grid[0] * o->grid[1] * o->grid[2];
-    const size_t local = (size_t)b->n[0] * b->n[1] * b->n[2];
+    size_t local = 0;
     int *counts = NULL, *displs = NULL, ok = 0;
-    double *all = NULL, maxdiff = 0.0;
+    double *all = NULL, *mine, maxdiff = 0.0;
 
+    /* This rank's blocks one after the other, in their order. */
+    for (int bi = 0; bi < L->nlocal; bi++)
+        local += (size_t)dm->blk[bi].n[0] * dm->blk[bi].n[1] * dm->blk[bi].n[2];
+    mine = app_xalloc(local);
+    for (size_t at = 0, bi = 0; bi < (size_t)L->nlocal; bi++) {
+        const struct block *b = &dm->blk[bi];
+        const size_t cells = (size_t)b->n[0] * b->n[1] * b->n[2];
+
+        memcpy(mine + at, b->u, cells * sizeof(double));
+        at += cells;
+    }
     if (app_rank == 0) {
-        counts = malloc(nranks * sizeof *counts);
+        counts = calloc(nranks, sizeof *counts);
         displs = malloc(nranks * sizeof *displs);
         all = app_xalloc(total);
         if (!counts || !displs)
             app_die("out of memory");
         size_t at = 0;
         for (int r = 0; r < nranks; r++) {
-            struct block rb;
-            block_init(&rb, o->grid, o->procs, r);
-            counts[r] = rb.n[0] * rb.n[1] * rb.n[2];
             displs[r] = (int)at;
+            for (int bi = 0; bi < L->nlocal; bi++) {
+                struct block rb;
+                block_init(&rb, L, r, bi);
+                counts[r] += rb.n[0] * rb.n[1] * rb.n[2];
+            }
             at += counts[r];
         }
     }
-    MPI_Gatherv(u, (int)local, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(mine, (int)local, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 
     if (app_rank == 0) {
         /* The serial reference: one block covering the whole grid. */
+        struct layout one;
         struct block g;
         double *s = app_xalloc(total), *t = app_xalloc(total), *bface[NFACES];
         const double *face[NFACES];
-        int one[3] = { 1, 1, 1 };
+        const int ones[3] = { 1, 1, 1 };
 
-        block_init(&g, o->grid, one, 0);
+        layout_init(&one, o->grid, ones, 1);
+        block_init(&g, &one, 0, 0);
         for (int f = 0; f < NFACES; f++) {
             bface[f] = app_xalloc(g.fsize[f]);
             fill_boundary_face(&g, o->grid, f, bface[f]);
@@ -542,26 +986,30 @@ static int verify(const struct options *o, const struct block *b, const double *
         }
         memset(s, 0, total * sizeof *s);
         for (int it = 0; it < o->c.iters; it++) {
-            sweep(&g, s, t, face, 0);
+            sweep_box(&g, s, t, face, NULL, g.lo, g.hi);
             double *x = s;
             s = t;
             t = x;
         }
         for (int r = 0; r < nranks; r++) {
-            struct block rb;
             const double *blk = all + displs[r];
 
-            block_init(&rb, o->grid, o->procs, r);
-            for (int i = 0; i < rb.n[0]; i++)
-                for (int j = 0; j < rb.n[1]; j++)
-                    for (int k = 0; k < rb.n[2]; k++) {
-                        size_t gi = ((size_t)(rb.off[0] + i) * o->grid[1] + rb.off[1] + j) *
-                                        o->grid[2] + rb.off[2] + k;
-                        double d = fabs(blk[((size_t)i * rb.n[1] + j) * rb.n[2] + k] - s[gi]);
-                        /* !(d <= maxdiff) also catches NaN */
-                        if (!(d <= maxdiff))
-                            maxdiff = d;
-                    }
+            for (int bi = 0; bi < L->nlocal; bi++) {
+                struct block rb;
+
+                block_init(&rb, L, r, bi);
+                for (int i = 0; i < rb.n[0]; i++)
+                    for (int j = 0; j < rb.n[1]; j++)
+                        for (int k = 0; k < rb.n[2]; k++) {
+                            size_t gi = ((size_t)(rb.off[0] + i) * o->grid[1] + rb.off[1] + j) *
+                                            o->grid[2] + rb.off[2] + k;
+                            double d = fabs(blk[((size_t)i * rb.n[1] + j) * rb.n[2] + k] - s[gi]);
+                            /* !(d <= maxdiff) also catches NaN */
+                            if (!(d <= maxdiff))
+                                maxdiff = d;
+                        }
+                blk += (size_t)rb.n[0] * rb.n[1] * rb.n[2];
+            }
         }
         ok = maxdiff <= VERIFY_TOL;
         for (int f = 0; f < NFACES; f++)
@@ -572,6 +1020,7 @@ static int verify(const struct options *o, const struct block *b, const double *
         free(counts);
         free(displs);
     }
+    free(mine);
     MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Bcast(&maxdiff, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     *maxdiff_out = maxdiff;
@@ -586,8 +1035,15 @@ static void usage(FILE *out)
             "usage: mpirun -np P jacobi3d [options]\n"
             "  --grid NX,NY,NZ     unknowns along x, y, z (default 64,64,64)\n"
             "  --procs PX,PY,PZ    process grid, PX*PY*PZ = P (default: MPI_Dims_create)\n"
+            "  --blocks B          blocks per rank (default 1); each rank's part is split\n"
+            "                      into BX*BY*BZ = B blocks, chosen to cut the least face\n"
+            "                      area with at least one unknown per block along each\n"
+            "                      axis, and every block exchanges its faces with its\n"
+            "                      neighbour blocks, on this rank or another\n"
             "  --iters N           Jacobi iterations (default 100)\n"
-            "  --mode msg|dchan    face exchange: MPI_Isend/MPI_Irecv or dchan channels\n"
+            "  --mode msg|dchan|none\n"
+            "                      face exchange: MPI_Isend/MPI_Irecv, dchan channels, or\n"
+            "                      none at all (the compute floor; not verified)\n"
             "                      (default dchan)\n"
             "  --verify            compare with a serial run on rank 0 (gathered grid); the\n"
             "                      results must agree exactly; exit 1 if they do not\n"
@@ -595,10 +1051,14 @@ static void usage(FILE *out)
             "                      dchan arrival detection (default: DCHAN_DETECT, else auto)\n"
             "  --help              this text\n"
             "Solves the Laplace equation with fixed boundary values by Jacobi sweeps,\n"
-            "starting from zero. The last line on stdout is a RESULT line: iter_time_s is\n"
-            "the mean time of one iteration on the slowest rank (the first iteration,\n"
-            "which pays for first contact, is not timed); residual is the 2-norm of the\n"
-            "last iteration's update over the whole grid, sqrt(sum (u_new - u_old)^2).\n");
+            "starting from zero; each block's interior is swept while its faces are in\n"
+            "flight. The last line on stdout is a RESULT line: iter_time_s is the mean\n"
+            "time of one iteration on the slowest rank (the first iteration, which pays\n"
+            "for first contact, is not timed); comm_share is the part of the iteration\n"
+            "spent in the calls of the face exchange, the sweeps (which pack) excluded\n"
+            "(mean over the ranks);\n"
+            "residual is the 2-norm of the last iteration's update over the whole grid,\n"
+            "sqrt(sum (u_new - u_old)^2).\n");
 }
 
 /* "A,B,C" with three positive ints; returns 0 on success. */
@@ -625,12 +1085,14 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "grid", required_argument, NULL, 'g' },  { "procs", required_argument, NULL, 'p' },
         { "iters", required_argument, NULL, 'i' }, { "mode", required_argument, NULL, 'm' },
         { "verify", no_argument, NULL, 'v' },      { "detect", required_argument, NULL, 'd' },
-        { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 }
+        { "blocks", required_argument, NULL, 'b' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
     };
     int c;
 
-    *o = (struct options){ .grid = { 64, 64, 64 },
-                           .c = { .iters = 100, .mode = MODE_DCHAN, .detect = -1 } };
+    *o = (struct options){ .grid = { 64, 64, 64 }, .blocks = 1,
+                           .c = { .iters = 100, .mode = MODE_DCHAN, .detect = -1,
+                                  .none_ok = 1 } };
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *bad = NULL;
@@ -644,6 +1106,16 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (parse_triple(optarg, o->procs))
                 bad = "--procs wants PX,PY,PZ, three positive integers";
             break;
+        case 'b': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (end == optarg || *end || v < 1 || v > INT_MAX)
+                bad = "--blocks wants a positive integer";
+            else
+                o->blocks = (int)v;
+            break;
+        }
         case 'h':
             if (app_rank == 0)
                 usage(stdout);
@@ -670,7 +1142,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     return 0;
 }
 
-static int check_decomposition(struct options *o, int nranks)
+static int check_decomposition(struct options *o, int nranks, struct layout *L)
 {
     if (o->procs[0] == 0)
         MPI_Dims_create(nranks, 3, o->procs);
@@ -689,6 +1161,25 @@ static int check_decomposition(struct options *o, int nranks)
             return -1;
         }
     }
+    if (layout_init(L, o->grid, o->procs, o->blocks)) {
+        if (app_rank == 0)
+            fprintf(stderr,
+                    "jacobi3d: --blocks %d: no split of each rank's part (grid %d,%d,%d over "
+                    "procs %d,%d,%d) into %d blocks leaves every block at least one unknown "
+                    "along each axis\n",
+                    o->blocks, o->grid[0], o->grid[1], o->grid[2], o->procs[0], o->procs[1],
+                    o->procs[2], o->blocks);
+        return -1;
+    }
+    /* Message and wire tags number a rank's block faces. */
+    int *tag_ub, flag;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+    if (flag && (long long)o->blocks * NFACES - 1 > *tag_ub) {
+        if (app_rank == 0)
+            fprintf(stderr, "jacobi3d: --blocks %d: more block faces than MPI tags (%d)\n",
+                    o->blocks, *tag_ub);
+        return -1;
+    }
     if (o->c.verify && (double)o->grid[0] * o->grid[1] * o->grid[2] > INT_MAX) {
         if (app_rank == 0)
             fprintf(stderr, "jacobi3d: --verify gathers the grid on rank 0; %d,%d,%d is too large\n",
@@ -701,9 +1192,8 @@ static int check_decomposition(struct options *o, int nranks)
 int main(int argc, char **argv)
 {
     struct options o;
-    struct block b;
-    struct comm cm;
-    struct channels ch;
+    struct layout L;
+    struct domain dm;
     dchan_ctx_t *ctx = NULL;
     const char *provider = "mpi";
     double elapsed = 0.0;
@@ -717,82 +1207,85 @@ int main(int argc, char **argv)
     /* Every rank parses the same arguments and reaches the same verdict. */
     rc = parse_args(argc, argv, &o);
     if (rc == 0)
-        rc = check_decomposition(&o, nranks);
+        rc = check_decomposition(&o, nranks, &L);
     if (rc != 0) {
         MPI_Finalize();
         return rc > 0 ? 0 : 2;
     }
 
-    block_init(&b, o.grid, o.procs, app_rank);
-    memset(&cm, 0, sizeof cm);
+    domain_init(&dm, &L, app_rank, o.c.mode);
+    if (o.c.mode == MODE_NONE)
+        provider = "none";
     /* dchan mode: the context first; setup_channels() takes the faces'
      * buffers from it (dchan_alloc), so that neighbours on the host write
-     * them directly. */
+     * them directly. Every receive channel holds a credit word on its
+     * sender: with many blocks one peer (this rank itself, mostly) may
+     * send more channels than dchan's default allows, so raise the limit
+     * unless the environment set it. */
     if (o.c.mode == MODE_DCHAN) {
+        int need = most_channels_from_one_peer(&dm, nranks), most;
+
+        MPI_Allreduce(&need, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (most > CREDIT_WORDS_DEFAULT && !getenv("DCHAN_CREDIT_WORDS")) {
+            char val[16];
+            snprintf(val, sizeof val, "%d", most);
+            setenv("DCHAN_CREDIT_WORDS", val, 1);
+        }
         ctx = app_dchan_init(&o.c);
         provider = dchan_provider_name(ctx);
+        setup_channels(ctx, &dm);
     }
-    for (int f = 0; f < NFACES; f++) {
-        if (b.nb[f] >= 0) {
-            if (o.c.mode == MODE_MSG)
-                for (int p = 0; p < 2; p++) {
-                    cm.pack[p][f] = app_buf_alloc(ctx, b.fsize[f]);
-                    cm.recv[p][f] = app_buf_alloc(ctx, b.fsize[f]);
-                }
-        } else {
-            cm.bface[f] = app_xalloc(b.fsize[f]);
-            fill_boundary_face(&b, o.grid, f, cm.bface[f]);
-        }
-    }
-    for (int p = 0; p < 2; p++)
-        for (int f = 0; f < NFACES; f++)
-            cm.rreq[p][f] = cm.sreq[p][f] = MPI_REQUEST_NULL;
-    const size_t local = (size_t)b.n[0] * b.n[1] * b.n[2];
-    double *u = app_xalloc(local), *v = app_xalloc(local);
-    memset(u, 0, local * sizeof *u);
-    memset(v, 0, local * sizeof *v);
-
-    if (o.c.mode == MODE_DCHAN)
-        setup_channels(ctx, &b, &ch);
     if (app_rank == 0) {
-        char how[128] = "";
+        char how[128] = "", blocks[128] = "";
         if (o.c.mode == MODE_DCHAN) {
             int d = -1;
-            for (int f = 0; f < NFACES && d < 0; f++)
-                if (ch.rh[f])
-                    d = dchan_handle_detect(ch.rh[f]);
+            /* That of a channel from another rank where there is one. */
+            for (int pass = 0; pass < 2 && d < 0; pass++)
+                for (int bi = 0; bi < L.nlocal && d < 0; bi++)
+                    for (int f = 0; f < NFACES && d < 0; f++)
+                        if (dm.blk[bi].rh[f] && (pass || dm.blk[bi].nb_rank[f] != app_rank))
+                            d = dchan_handle_detect(dm.blk[bi].rh[f]);
             snprintf(how, sizeof how, ", provider %s, detection %s", provider,
                      d >= 0 ? app_detect_name(d) : "none (no neighbours)");
         }
+        if (o.blocks > 1)
+            snprintf(blocks, sizeof blocks, ", %d blocks per rank (%d,%d,%d; %d,%d,%d in all)",
+                     o.blocks, L.bpr[0], L.bpr[1], L.bpr[2], L.nblk[0], L.nblk[1], L.nblk[2]);
         /* One write, so that the line stays whole in mpirun's output. */
-        fprintf(stderr, "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d), %d iterations, mode %s%s\n",
+        fprintf(stderr, "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d)%s, %d iterations, mode %s%s\n",
                 o.grid[0], o.grid[1], o.grid[2], nranks, o.procs[0], o.procs[1], o.procs[2],
-                o.c.iters, o.c.mode == MODE_MSG ? "msg" : "dchan", how);
+                blocks, o.c.iters, app_mode_name(o.c.mode), how);
     }
 
     /* Iteration 0 is not timed when there are more: it pays for first
      * contact (connections, first touch of buffers) in either mode. */
     const int untimed = o.c.iters > 1;
-    double res = 0.0;
+    double res = 0.0, share = 0.0;
     for (int pass = !untimed; pass < 2; pass++) {
         const int first = pass ? untimed : 0, end = pass ? o.c.iters : 1;
         if (pass)
             MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        res = o.c.mode == MODE_MSG ? run_msg(&b, &cm, &u, &v, first, end, o.c.iters)
-                                 : run_dchan(ctx, &b, &cm, &ch, &u, &v, first, end, o.c.iters);
+        dm.comm = 0.0;
+        double t0 = MPI_Wtime(), k0 = ticks();
+        res += run(ctx, &dm, first, end, o.c.iters);
         elapsed = MPI_Wtime() - t0;
+        k0 = ticks() - k0;
+        share = k0 > 0.0 ? dm.comm / k0 : 0.0;
     }
-    double slowest, sum_res;
+    double slowest, sum_res, sum_share;
 
     MPI_Reduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&share, &sum_share, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Allreduce(&res, &sum_res, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 
     const char *verified = "skipped";
     double maxdiff = 0.0;
     int failed = 0;
-    if (o.c.verify) {
-        int ok = verify(&o, &b, u, nranks, &maxdiff);
+    if (o.c.verify && o.c.mode == MODE_NONE) {
+        if (app_rank == 0)
+            fprintf(stderr, "jacobi3d: --mode none exchanges no faces: not verified\n");
+    } else if (o.c.verify) {
+        int ok = verify(&o, &dm, nranks, &maxdiff);
         verified = ok ? "yes" : "no";
         failed = !ok;
         if (app_rank == 0)
@@ -800,29 +1293,26 @@ int main(int argc, char **argv)
                     maxdiff, ok ? "verified" : "NOT verified");
     }
     if (app_rank == 0) {
-        printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d "
-               "iters=%d iter_time_s=%.6e residual=%.6e verified=%s\n",
-               provider, o.c.mode == MODE_MSG ? "msg" : "dchan", nranks, o.grid[0], o.grid[1],
-               o.grid[2], o.procs[0], o.procs[1], o.procs[2], o.c.iters, slowest / (o.c.iters - untimed),
-               sqrt(sum_res), verified);
+        char blocks[32] = "";
+        /* blocks= only where it is not 1, so that the line of a plain run
+         * stays the Fortran driver's. */
+        if (o.blocks > 1)
+            snprintf(blocks, sizeof blocks, " blocks=%d", o.blocks);
+        printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d%s "
+               "iters=%d iter_time_s=%.6e comm_share=%.3f residual=%.6e verified=%s\n",
+               provider, app_mode_name(o.c.mode), nranks, o.grid[0], o.grid[1], o.grid[2],
+               o.procs[0], o.procs[1], o.procs[2], blocks, o.c.iters,
+               slowest / (o.c.iters - untimed), sum_share / nranks, sqrt(sum_res), verified);
         fflush(stdout);
     }
 
-    if (ctx)
-        teardown_channels(ctx, &ch);
-    for (int f = 0; f < NFACES; f++) {
-        free(cm.bface[f]);
-        for (int p = 0; p < 2; p++) {
-            if (cm.pack[p][f])
-                app_buf_free(ctx, cm.pack[p][f]);
-            if (cm.recv[p][f])
-                app_buf_free(ctx, cm.recv[p][f]);
-        }
+    if (ctx) {
+        teardown_channels(ctx, &dm);
+        if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
+            fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank,
+                    dchan_strerror(rc));
     }
-    if (ctx && (rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
-        fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
-    free(u);
-    free(v);
+    domain_free(&dm);
     MPI_Finalize();
     return failed;
 }

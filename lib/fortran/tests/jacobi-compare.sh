@@ -23,9 +23,9 @@ args_of() {
     grep -E "^$1[[:space:]]" "$scenarios" | head -n 1 | "${AWK:-awk}" '{ $1 = ""; $2 = ""; print }'
 }
 
-# The RESULT line of a run, without iter_time_s.
+# The RESULT line of a run, without its timings (iter_time_s, comm_share).
 result_of() {
-    grep '^RESULT ' "$1" | tail -n 1 | sed 's/ iter_time_s=[^ ]*//'
+    grep '^RESULT ' "$1" | tail -n 1 | sed 's/ iter_time_s=[^ ]*//; s/ comm_share=[^ ]*//'
 }
 
 # problem:ranks, as the C runs of apps/Makefile.include use them.
