@@ -195,6 +195,40 @@ DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, cons
 DCHAN_API int dchan_put(dchan_handle_t *h);
 /* Sender: 1 if the last put completed locally (send buffer reusable), 0 if not, < 0 on error. */
 DCHAN_API int dchan_put_test(dchan_handle_t *h);
+/* Sender: run fn(h, arg) from dchan_progress once per put that completed
+ * locally (its data left the send buffer), in put order; NULL removes it. */
+DCHAN_API int dchan_set_completion(dchan_handle_t *h, dchan_arrival_fn fn, void *arg);
+
+/* Get. Source: publish [buf, buf+size) for receiver_rank to read; export
+ * its wire with dchan_handle_export; done_fn runs when a version was taken
+ * (the buffer may be written again), and dchan_ready publishes the next. */
+DCHAN_API int dchan_create_source(dchan_ctx_t *ctx, int receiver_rank, const void *buf,
+                                  size_t size, dchan_arrival_fn done_fn, void *arg,
+                                  dchan_handle_t **h);
+/* Get. Receiver: bind [buf, buf+size) to the source in wire. */
+DCHAN_API int dchan_assoc_remote(dchan_ctx_t *ctx, const dchan_wire_t *wire, void *buf, size_t size,
+                                 dchan_arrival_fn arrival_fn, void *arg, dchan_handle_t **h);
+/* Get. Receiver: read the source's current version (non-blocking);
+ * arrival_fn runs when it is here. DCHAN_ERR_AGAIN until the source
+ * published a version not taken yet, or while a get is in flight (until
+ * its arrival_fn ran). */
+DCHAN_API int dchan_get(dchan_handle_t *h);
+
+/* One segment of a non-contiguous send side (dchan_assoc_local_iov). */
+typedef struct dchan_iov {
+    const void *base;
+    size_t len; /* 0 is allowed, as in writev */
+} dchan_iov_t;
+/* Sender: bind n segments (gathered in order, not overlapping) whose total
+ * is the receive size; the provider gathers them at each put. */
+DCHAN_API int dchan_assoc_local_iov(dchan_ctx_t *ctx, const dchan_wire_t *wire,
+                                    const dchan_iov_t *iov, int n, dchan_handle_t **h);
+/* Sender: bind a subarray of a C-order array of ndims (1 ... 3) dimensions
+ * of elem_size-byte elements, as MPI_Type_create_subarray describes it. */
+DCHAN_API int dchan_assoc_local_subarray(dchan_ctx_t *ctx, const dchan_wire_t *wire,
+                                         const void *base, int ndims, const size_t sizes[],
+                                         const size_t subsizes[], const size_t starts[],
+                                         size_t elem_size, dchan_handle_t **h);
 /* Both: poll for arrivals and completions; >= 0 callbacks run, < 0 error. */
 DCHAN_API int dchan_progress(dchan_ctx_t *ctx);
 /* Both: dchan_progress running at most max (>= 1) callbacks and error
@@ -206,6 +240,26 @@ DCHAN_API int dchan_progress_n(dchan_ctx_t *ctx, int max);
 DCHAN_API int dchan_wait(dchan_ctx_t *ctx, int timeout_ms);
 /* Both: release a handle; outstanding operations are completed or cancelled. */
 DCHAN_API int dchan_handle_destroy(dchan_handle_t *h);
+
+/*
+ * Wake-up descriptor (dchan_wakeup_fd(3), dchan_embed(7)): sleep in
+ * poll/epoll/select instead of calling dchan_progress in a loop.
+ *   for (;;) {
+ *       while (dchan_progress_n(ctx, 64) > 0) ;     (or until idle)
+ *       if (dchan_wakeup_arm(ctx) == DCHAN_ERR_AGAIN) continue;
+ *       poll(&(struct pollfd){fd, POLLIN}, 1, -1);
+ *   }
+ */
+/* A descriptor that becomes readable when progress has work, owned by the
+ * context (never close it; dchan_finalize does). Asked again: the same
+ * descriptor. DCHAN_ERR_INVALID_ARG: NULL fd, an invalid or finalised context. */
+DCHAN_API int dchan_wakeup_fd(dchan_ctx_t *ctx, int *fd);
+/* About to sleep on the descriptor: DCHAN_SUCCESS when it is safe (the next
+ * arrival, returned credit or asynchronous error makes it readable),
+ * DCHAN_ERR_AGAIN when progress has work first. The first progress call
+ * afterwards ends the armed period. DCHAN_ERR_STATE before dchan_wakeup_fd
+ * or inside a callback; DCHAN_ERR_INVALID_ARG: invalid or finalised context. */
+DCHAN_API int dchan_wakeup_arm(dchan_ctx_t *ctx);
 
 /* Memory for buffers: from the shared segment that peers on this host map
  * when the shm provider runs (a put into a receive buffer from here is a

@@ -447,6 +447,7 @@ static void ctx_free(dchan_ctx_t *ctx)
         prov_free(ctx->provs[i]);
     dchan_boot_fini(&ctx->boot);
     dchan_peers_watch_fini(ctx);
+    dchan_wake_fini(ctx);
     free(ctx->route);
     free(ctx->host);
     free(ctx->htab);
@@ -485,6 +486,7 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
     if (!ctx)
         return DCHAN_ERR_NO_MEMORY;
     ctx->rank = -1;
+    ctx->wake_epfd = ctx->wake_efd = -1;
     ctx->log_level = attr.log_level >= DCHAN_LOG_NONE && attr.log_level <= DCHAN_LOG_DEBUG
                          ? attr.log_level
                          : DCHAN_LOG_WARN;
@@ -573,6 +575,7 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
     rc = select_providers(ctx, attr.provider);
     if (rc != DCHAN_SUCCESS)
         goto fail;
+    dchan_ctx_register(ctx);
     *out = ctx;
     return DCHAN_SUCCESS;
 
@@ -589,6 +592,7 @@ DCHAN_API int dchan_finalize(dchan_ctx_t *ctx)
         return DCHAN_ERR_INVALID_ARG;
     if (dchan_in_callback(ctx))
         return DCHAN_ERR_STATE;
+    dchan_ctx_unregister(ctx);
     dchan_ctx_lock(ctx);
     ctx->finalizing = true;
     while (ctx->all_head) {
@@ -744,18 +748,29 @@ static int dispatch(dchan_ctx_t *ctx, int max)
     int n = 0;
 
     while (n < max && (h = ctx->fire_head)) {
+        dchan_arrival_fn fn = h->fn;
+        void *arg = h->arg;
         dchan_fire_remove(ctx, h);
-        h->n_fired++;
-        if (h->depth == 1)
-            h->in_pollq = false;
-        else if (DCHAN_R_DUE(h))
-            dchan_fire_push(ctx, h); /* one callback per slot, in turn with the others */
+        if (h->role != DCHAN_ROLE_RECV) {
+            /* One callback per completed put (dchan_set_completion), taken
+             * version (a source's done_fn) or finished get (arrival_fn). */
+            if (h->role == DCHAN_ROLE_SEND) {
+                fn = h->cfn;
+                arg = h->carg;
+            }
+            if (++h->n_cdone != h->n_done)
+                dchan_fire_push(ctx, h);
+        } else {
+            h->n_fired++;
+            if (h->depth == 1)
+                h->in_pollq = false;
+            else if (DCHAN_R_DUE(h))
+                dchan_fire_push(ctx, h); /* one callback per slot, in turn with the others */
+        }
         ctx->stats.callbacks++;
         n++;
         /* The handle is off every queue: the callback may ready, put or
          * destroy it, or any other handle. Nothing here touches h again. */
-        dchan_arrival_fn fn = h->fn;
-        void *arg = h->arg;
         tls_cb_ctx = ctx;
         dchan_ctx_unlock(ctx);
         fn(h, arg);
@@ -790,9 +805,16 @@ static int progress(dchan_ctx_t *ctx, int max)
     if (dchan_in_callback(ctx))
         return DCHAN_ERR_STATE;
     dchan_ctx_lock(ctx);
+    /* Awake again: senders stop signalling. */
+    if (__builtin_expect(ctx->wake_armed, 0) &&
+        (ctx->thread_level < DCHAN_THREAD_SERIALIZED ||
+         pthread_equal(ctx->wake_thread, pthread_self())))
+        dchan_wake_disarm(ctx);
     ctx->stats.progress_calls++;
     int rc = dchan_core_poll_providers(ctx);
     dchan_scan_pollq(ctx);
+    if (ctx->srcq_head)
+        dchan_get_scan(ctx);
     int n = dispatch(ctx, max);
     dchan_ctx_unlock(ctx);
     return rc < 0 ? rc : n;

@@ -31,7 +31,12 @@ struct pollfd;
 #define DCHAN_ID_INDEX(id) ((id) & DCHAN_ID_INDEX_MASK)
 #define DCHAN_ID_GEN(id) ((id) >> DCHAN_ID_INDEX_BITS)
 
-enum dchan_role { DCHAN_ROLE_RECV = 1, DCHAN_ROLE_SEND = 2 };
+enum dchan_role {
+    DCHAN_ROLE_RECV = 1,
+    DCHAN_ROLE_SEND = 2,
+    DCHAN_ROLE_SOURCE = 3, /* dchan_create_source: published for remote read */
+    DCHAN_ROLE_GETTER = 4  /* dchan_assoc_remote: reads a source */
+};
 
 /* Receiver states (DESIGN §3) are counts of slots, modulo 2^32:
  *   n_rel <= n_fired <= n_arr <= n_rel + depth
@@ -98,6 +103,29 @@ struct dchan_handle {
     dchan_handle_t *credq_next;    /* receiver: on ctx->credq, owed a retry */
     uint64_t stall_ns;             /* sender: when puts began to be refused, 0: they are not */
     bool in_place;                 /* sender: dchan_put_ptr gave the mapped slot of the next put */
+    bool cwant;                    /* sender: a put or dchan_credits found no credit (wake-up) */
+    /* sender: dchan_set_completion (lib/strided.c): a callback per put
+     * completed locally; n_done - n_cdone of them are due (on the fire list) */
+    dchan_arrival_fn cfn;
+    void *carg;
+    uint32_t n_done, n_cdone;
+    /* sender: a gathered send side (dchan_assoc_local_iov/_subarray): its
+     * non-empty segments; stage: where the core gathers them for a provider
+     * without a gather of its own (h->buf then points there) */
+    dchan_iov_t *segs;
+    size_t nseg;
+    void *stage;
+    struct dchan_gvec *vecs; /* the same as runs of equal length and stride, or NULL */
+    size_t nvec;
+    /* get (lib/get.c). Source: gctl[0] the published word, gctl[1] the
+     * taken word (each (tag << 32) | count, tag = gen); n_pub versions
+     * published; on srcq until the current one was taken; n_done counts
+     * done callbacks due. Getter: n_got versions taken; n_done counts
+     * arrival callbacks due. */
+    uint64_t *gctl;
+    uint32_t n_pub, n_got;
+    bool on_srcq;
+    dchan_handle_t *srcq_next;
     /* dchan_handle_stats (struct_size unused here) */
     dchan_handle_stats_t hstats;
     _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
@@ -168,6 +196,7 @@ struct dchan_ctx {
      * area this rank's receive handles use (allocated on first need). */
     struct dchan_credit_ids **cids;
     dchan_handle_t *credq_head; /* receive handles whose credit write must be retried */
+    dchan_handle_t *srcq_head;  /* sources whose current version was not taken yet */
 
     dchan_handle_t *qt_head, *qt_tail; /* quarantine of destroyed handles */
     uint64_t qt_len;
@@ -181,6 +210,16 @@ struct dchan_ctx {
     uint8_t *dead; /* per rank */
     int ndead;
     uint64_t barrier_death_ns; /* when a barrier first saw a death, or 0 */
+
+    /* Wake-up descriptor (lib/wakeup.c). wake_armed: a dchan_wakeup_arm
+     * succeeded and no progress ran since; asleep: the same, as in-process
+     * senders read it (dchan_core_wake). */
+    int wake_epfd, wake_efd; /* -1 until dchan_wakeup_fd */
+    bool wake_armed;
+    bool cwant; /* some send handle has cwant set: dchan_wakeup_arm looks at them */
+    int asleep;
+    pthread_t wake_thread; /* the thread that armed: only its progress disarms */
+    dchan_ctx_t *reg_next; /* live contexts (dchan_ctx_registered) */
 
     bool locking; /* DCHAN_THREAD_MULTIPLE */
     pthread_mutex_t lock;
@@ -235,6 +274,17 @@ int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms);
 
 uint64_t dchan_now_ns(void);
 
+/* lib/wakeup.c: back from a sleep (first progress after a successful arm);
+ * free the descriptors at finalize. */
+void dchan_wake_disarm(dchan_ctx_t *ctx);
+void dchan_wake_fini(dchan_ctx_t *ctx);
+/* Live contexts, so that the wake-up calls can tell a finalised one. */
+void dchan_ctx_register(dchan_ctx_t *ctx);
+void dchan_ctx_unregister(dchan_ctx_t *ctx);
+bool dchan_ctx_registered(const dchan_ctx_t *ctx);
+/* Credited send handles that found no credit and have some now (lib/handle.c). */
+bool dchan_credit_returned(dchan_ctx_t *ctx);
+
 /* lib/memory.c */
 void dchan_core_mem_init(dchan_ctx_t *ctx);
 int dchan_core_mem_alloc(dchan_ctx_t *ctx, size_t size, size_t align, bool internal, void **ptr);
@@ -245,5 +295,10 @@ bool dchan_core_mem_overflows(const dchan_ctx_t *ctx, const void *ptr, size_t le
 /* Credit (lib/handle.c): retry owed credit writes; free the index tables. */
 void dchan_credq_run(dchan_ctx_t *ctx);
 void dchan_credit_ids_fini(dchan_ctx_t *ctx);
+/* Get (lib/get.c): sources whose version was taken run done_fn; a source's
+ * dchan_ready; destroy of a source or getter (lock held). */
+void dchan_get_scan(dchan_ctx_t *ctx);
+int dchan_source_ready(dchan_handle_t *h);
+void dchan_get_release(dchan_handle_t *h);
 
 #endif /* DCHAN_CORE_H */

@@ -13,6 +13,7 @@
 
 #include "core.h"
 #include "handle.h"
+#include "strided.h"
 
 static int h_check(const dchan_handle_t *h)
 {
@@ -284,6 +285,8 @@ void dchan_core_put_done(dchan_handle_t *h, int rc)
     h->inflight = false;
     if (rc != DCHAN_SUCCESS)
         dchan_core_handle_error(h, rc);
+    else
+        dchan_put_completed(h->ctx, h);
 }
 
 void dchan_core_handle_error(dchan_handle_t *h, int rc)
@@ -306,9 +309,10 @@ void dchan_core_handle_error(dchan_handle_t *h, int rc)
         ctx->errq_head = h;
     ctx->errq_tail = h;
     h->on_errq = true;
-    dchan_warn(ctx, h->prov->ops->name, "%s handle %s rank %d: %s",
-               h->role == DCHAN_ROLE_RECV ? "receive" : "send",
-               h->role == DCHAN_ROLE_RECV ? "from" : "to", h->peer, dchan_strerror(rc));
+    static const char *const role[] = {"", "receive handle from", "send handle to",
+                                       "source for", "get handle from"};
+    dchan_warn(ctx, h->prov->ops->name, "%s rank %d: %s", role[h->role], h->peer,
+               dchan_strerror(rc));
 }
 
 void dchan_core_peer_error(struct dchan_prov *p, int peer, int rc)
@@ -353,6 +357,27 @@ static void all_unlink(dchan_ctx_t *ctx, dchan_handle_t *h)
     if (h->all_next)
         h->all_next->all_prev = h->all_prev;
     ctx->nlive--;
+}
+
+/* For lib/get.c, which makes handles of its own roles. */
+dchan_handle_t *dchan_handle_new(dchan_ctx_t *ctx, struct dchan_prov *p, int role)
+{
+    return h_new(ctx, p, role);
+}
+
+void dchan_handle_link(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    all_link(ctx, h);
+}
+
+int dchan_handle_id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    return id_alloc(ctx, h, &h->id, &h->gen);
+}
+
+void dchan_handle_id_free(dchan_ctx_t *ctx, uint32_t id)
+{
+    id_free(ctx, id);
 }
 
 /* ---- credit word indices ------------------------------------------------------- */
@@ -630,7 +655,7 @@ DCHAN_API int dchan_handle_export(const dchan_handle_t *h, dchan_wire_t *wire)
         return rc;
     if (!wire)
         return DCHAN_ERR_INVALID_ARG;
-    if (h->role != DCHAN_ROLE_RECV)
+    if (h->role != DCHAN_ROLE_RECV && h->role != DCHAN_ROLE_SOURCE)
         return DCHAN_ERR_STATE;
     *wire = h->wire;
     return DCHAN_SUCCESS;
@@ -639,18 +664,26 @@ DCHAN_API int dchan_handle_export(const dchan_handle_t *h, dchan_wire_t *wire)
 DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf,
                                 size_t size, dchan_handle_t **out)
 {
+    if (!dchan_ctx_ok(ctx) || !wire || !buf || size == 0 || !out)
+        return DCHAN_ERR_INVALID_ARG;
+    return dchan_assoc_send(ctx, wire, buf, size, NULL, 0, out);
+}
+
+int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf, size_t size,
+                     dchan_iov_t *segs, size_t nseg, dchan_handle_t **out)
+{
     struct dchan_wire_fields wf;
     dchan_handle_t *h;
     int rc;
 
-    if (!dchan_ctx_ok(ctx) || !wire || !buf || size == 0 || !out)
-        return DCHAN_ERR_INVALID_ARG;
     rc = dchan_wire_decode(wire, &wf);
     if (rc != DCHAN_SUCCESS)
         return rc;
     if (wf.job_key != ctx->job_key || wf.send_rank != (uint32_t)ctx->rank ||
         wf.recv_rank >= (uint32_t)ctx->nranks)
         return DCHAN_ERR_HANDLE;
+    if (wf.source)
+        return DCHAN_ERR_HANDLE; /* a source is read with dchan_assoc_remote */
     dchan_ctx_lock(ctx);
     struct dchan_prov *p = route(ctx, (int)wf.recv_rank);
     if (wf.provider_id != p->ops->wire_id || !(p->modes & DCHAN_MODE_BIT(wf.detect))) {
@@ -669,6 +702,21 @@ DCHAN_API int dchan_assoc_local(dchan_ctx_t *ctx, const dchan_wire_t *wire, cons
     h->detect = wf.detect;
     h->buf = (void *)buf;
     h->size = size;
+    if (segs) {
+        /* A provider without a gather gets a contiguous buffer that the
+         * core gathers into at each put; it registers that one. */
+        h->segs = segs;
+        h->nseg = nseg;
+        if (!p->ops->gather) {
+            if (posix_memalign(&h->stage, DCHAN_ALLOC_ALIGN, size) != 0) {
+                rc = DCHAN_ERR_NO_MEMORY;
+                goto free_handle;
+            }
+            h->buf = h->stage;
+        } else {
+            h->buf = (void *)segs[0].base;
+        }
+    }
     h->peer = (int)wf.recv_rank;
     h->id = wf.handle_id;
     h->gen = wf.handle_gen;
@@ -710,6 +758,7 @@ free_slot:
     if (h->detect == DCHAN_DETECT_FLAG)
         dchan_seqpool_put(&ctx->send_seq, h->slot);
 free_handle:
+    free(h->stage); /* segs stay the caller's on failure */
     free(h);
 out:
     dchan_ctx_unlock(ctx);
@@ -801,6 +850,9 @@ DCHAN_API int dchan_ready_pollq(dchan_handle_t *h)
 
 DCHAN_API int dchan_ready(dchan_handle_t *h)
 {
+    /* On a source: publish the next version. */
+    if (h_check(h) == DCHAN_SUCCESS && h->role == DCHAN_ROLE_SOURCE)
+        return dchan_source_ready(h);
     int rc = recv_entry(h);
     if (rc != DCHAN_SUCCESS)
         return rc;
@@ -838,6 +890,7 @@ static int credit_take(dchan_handle_t *h)
         if (h->error)
             return h->error;
         if (credits_now(h) == 0) {
+            h->cwant = h->ctx->cwant = true; /* a credit returned now is worth a wake-up */
             h->hstats.credit_stalls++;
             if (!h->stall_ns)
                 h->stall_ns = dchan_now_ns();
@@ -845,6 +898,26 @@ static int credit_take(dchan_handle_t *h)
         }
     }
     return DCHAN_SUCCESS;
+}
+
+/* O(handles) only while some send handle waits for credit. */
+bool dchan_credit_returned(dchan_ctx_t *ctx)
+{
+    bool any = false, waiting = false;
+    if (!ctx->cwant)
+        return false;
+    for (dchan_handle_t *h = ctx->all_head; h; h = h->all_next) {
+        if (!h->cwant)
+            continue;
+        if (!h->error && credits_now(h) > 0) {
+            h->cwant = false; /* reported once */
+            any = true;
+        } else {
+            waiting = true;
+        }
+    }
+    ctx->cwant = waiting;
+    return any;
 }
 
 static int send_entry(const dchan_handle_t *h, bool need_credit)
@@ -868,6 +941,8 @@ DCHAN_API int dchan_credits(const dchan_handle_t *ch)
     if (n == 0 && !h->error) {
         dchan_core_poll_providers(h->ctx);
         n = credits_now(h);
+        h->cwant = n == 0;
+        h->ctx->cwant |= h->cwant;
     }
     rc = h->error ? h->error : (int)n;
     dchan_ctx_unlock(h->ctx);
@@ -881,6 +956,9 @@ DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
         return rc;
     if (!ptr)
         return DCHAN_ERR_INVALID_ARG;
+    /* A gathered send side has no one place the message is written. */
+    if (h->segs)
+        return DCHAN_ERR_STATE;
     dchan_ctx_t *ctx = h->ctx;
     dchan_ctx_lock(ctx);
     if (h->error) {
@@ -928,7 +1006,10 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     bool in_place = h->in_place; /* the next slot was written through dchan_put_ptr */
     if (h->detect == DCHAN_DETECT_SENTINEL) {
         uint64_t tail;
-        memcpy(&tail, (const char *)h->buf + h->size - 8, 8);
+        if (h->segs) /* the last 8 bytes of the gathered message */
+            dchan_segs_copy(h->segs, h->nseg, h->size - 8, h->size, &tail);
+        else
+            memcpy(&tail, (const char *)h->buf + h->size - 8, 8);
         if (tail == h->oob) {
             rc = DCHAN_ERR_SENTINEL; /* it could never be detected */
             goto out;
@@ -942,6 +1023,23 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     d.priv = h->priv;
     d.remote_id = h->id;
     d.src = in_place ? NULL : h->buf;
+    d.iov = NULL;
+    d.iovcnt = 0;
+    d.vec = NULL;
+    d.nvec = 0;
+    if (h->stage) {
+        /* The previous put completed: the staging buffer is free. */
+        if (h->vecs)
+            dchan_gvec_copy(h->vecs, h->nvec, 0, h->size, h->stage);
+        else
+            dchan_segs_copy(h->segs, h->nseg, 0, h->size, h->stage);
+    } else if (h->segs) {
+        d.src = NULL;
+        d.iov = h->segs;
+        d.iovcnt = h->nseg;
+        d.vec = h->vecs;
+        d.nvec = h->nvec;
+    }
     d.size = h->size;
     d.slot = dchan_slot_of(h->n_put, h->depth);
     d.offset = (size_t)d.slot * h->size;
@@ -972,6 +1070,7 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     if (rc == DCHAN_PROV_PUT_DONE) {
         h->inflight = false;
+        dchan_put_completed(ctx, h); /* its callback runs from the next progress */
         rc = DCHAN_SUCCESS;
     } else if (rc != DCHAN_SUCCESS) {
         h->inflight = false;
@@ -1031,7 +1130,11 @@ int dchan_handle_release(dchan_handle_t *h)
     dchan_ctx_t *ctx = h->ctx;
     int rc = DCHAN_SUCCESS;
 
-    if (h->role == DCHAN_ROLE_RECV) {
+    if (h->role == DCHAN_ROLE_SOURCE || h->role == DCHAN_ROLE_GETTER) {
+        dchan_get_release(h);
+        if (h->role == DCHAN_ROLE_SOURCE)
+            id_free(ctx, h->id);
+    } else if (h->role == DCHAN_ROLE_RECV) {
         if (h->pq_pos != PQ_NONE)
             dchan_pq_remove(ctx, h);
         if (h->on_fire)
@@ -1078,6 +1181,15 @@ int dchan_handle_release(dchan_handle_t *h)
         h->prov->ops->send_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)
             dchan_seqpool_put(&ctx->send_seq, h->slot);
+        if (h->on_fire)
+            dchan_fire_remove(ctx, h); /* completion callbacks still due */
+        free(h->segs);
+        free(h->stage);
+        free(h->vecs);
+        h->segs = NULL;
+        h->stage = NULL;
+        h->vecs = NULL;
+        h->buf = NULL;
     }
     if (h->on_errq)
         errq_remove(ctx, h);
@@ -1210,6 +1322,16 @@ uint32_t dchan_h_remote_id(const dchan_handle_t *h)
 uint32_t dchan_h_gen(const dchan_handle_t *h)
 {
     return h->gen;
+}
+
+uint64_t *dchan_h_ctl(const dchan_handle_t *h)
+{
+    return h->gctl;
+}
+
+bool dchan_h_is_source(const dchan_handle_t *h)
+{
+    return h && h->magic == DCHAN_H_MAGIC && h->role == DCHAN_ROLE_SOURCE;
 }
 
 uint64_t *dchan_h_seq_word(const dchan_handle_t *h)

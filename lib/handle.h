@@ -52,4 +52,27 @@ static inline void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->on_fire = false;
 }
 
+/* Sender: one more put completed locally; with dchan_set_completion's
+ * callback set, one more callback is due (dispatched from progress). */
+static inline void dchan_put_completed(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (__builtin_expect(h->cfn != NULL, 0)) {
+        h->n_done++;
+        if (!h->on_fire)
+            dchan_fire_push(ctx, h);
+    }
+}
+
+/* Handles of lib/get.c: a new handle, its place on the list of live ones,
+ * an id (and generation) in the receive-handle table. */
+dchan_handle_t *dchan_handle_new(dchan_ctx_t *ctx, struct dchan_prov *p, int role);
+void dchan_handle_link(dchan_ctx_t *ctx, dchan_handle_t *h);
+int dchan_handle_id_alloc(dchan_ctx_t *ctx, dchan_handle_t *h);
+void dchan_handle_id_free(dchan_ctx_t *ctx, uint32_t id);
+
+/* dchan_assoc_local and its gathered forms: segs (nseg non-empty segments
+ * of size bytes in all, owned by the handle on success) or buf. */
+int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf, size_t size,
+                     dchan_iov_t *segs, size_t nseg, dchan_handle_t **out);
+
 #endif

@@ -98,3 +98,18 @@ int dchan_prov_noop_progress(struct dchan_prov *p)
 {
     return 0;
 }
+
+int dchan_prov_nowake_fd(struct dchan_prov *p, int *fd)
+{
+    *fd = -1;
+    return DCHAN_SUCCESS;
+}
+
+int dchan_prov_noop_wake_arm(struct dchan_prov *p)
+{
+    return DCHAN_SUCCESS;
+}
+
+void dchan_prov_noop_wake_disarm(struct dchan_prov *p)
+{
+}

@@ -44,6 +44,13 @@ enum {
 /* Bytes of the wire form a provider may fill with its remote-access fields. */
 #define DCHAN_WIRE_PROV_BYTES 64
 
+/* How a provider serves the wake-up descriptor (dchan_info). */
+enum {
+    DCHAN_SLEEPS_TIMER = 0,  /* a backing-off timer wakes the sleeper to look */
+    DCHAN_SLEEPS_EVENT = 1,  /* asleep until an event, no CPU */
+    DCHAN_SLEEPS_FABRIC = 2  /* an event where the fabric has a wait object, else the timer */
+};
+
 /* Bit for detection mode m (DCHAN_DETECT_*) in dchan_provider_ops.modes. */
 #define DCHAN_MODE_BIT(m) (1u << (m))
 
@@ -76,7 +83,68 @@ struct dchan_put_desc {
      * EVENT: write all of src with a completion at the receiver. */
     const uint64_t *seq_src;
     uint64_t seq;
+    /* A gathered put (dchan_assoc_local_iov/_subarray) to a provider with
+     * ops.gather: src is NULL and the message is the concatenation of
+     * iov[0 ... iovcnt) (no empty segment), size bytes in all; the rules
+     * above apply to the gathered message (its tail may straddle segments).
+     * NULL on every other put. */
+    const dchan_iov_t *iov;
+    size_t iovcnt;
+    /* The same list as vectors (core-internal, for dchan_gather_copy). */
+    const struct dchan_gvec *vec;
+    size_t nvec;
 };
+
+/* count pieces of len bytes, each stride bytes after the one before. */
+struct dchan_gvec {
+    const char *base;
+    size_t len, count;
+    ptrdiff_t stride;
+};
+
+/* Sender: the segments of a gathered send side (valid until send_close)
+ * and how many; 0 for a contiguous one. */
+size_t dchan_h_segs(const dchan_handle_t *h, const dchan_iov_t **segs);
+/* Gathered puts: copy bytes [from, to) of d's message into dst. */
+void dchan_gather_copy(const struct dchan_put_desc *d, size_t from, size_t to, void *dst);
+/* Gathered puts: the segments of bytes [*from, to) of d's message, at most
+ * max of them, into out; *from moves past what they cover. Returns how many. */
+size_t dchan_gather_slice(const struct dchan_put_desc *d, size_t *from, size_t to,
+                          dchan_iov_t *out, size_t max);
+
+/*
+ * Get (DESIGN §7). A source handle has its buffer (dchan_h_buf, size bytes)
+ * and two control words (dchan_h_ctl): [0] the published word, which the
+ * source's owner writes, [1] the taken word, which the getter writes; each
+ * holds (tag << 32) | count. A getter reads the source's buffer into its
+ * own, reads the published word and writes the taken word.
+ */
+struct dchan_get_ops {
+    /* Source: make the buffer readable and the control words accessible
+     * by the peer; write the wire fields (zeroed by the core). */
+    int (*src_open)(dchan_handle_t *h, unsigned char *wire_fields);
+    void (*src_close)(dchan_handle_t *h);
+    /* Source: the published word was just bumped (dchan_ready); tell the
+     * getter where it cannot read the word itself. */
+    int (*src_publish)(dchan_handle_t *h);
+    /* Getter: import the wire fields (DCHAN_ERR_HANDLE for bad ones). */
+    int (*get_open)(dchan_handle_t *h, const unsigned char *wire_fields);
+    void (*get_close)(dchan_handle_t *h);
+    /* Getter: the source's published word now (0 when it is gone). */
+    int (*get_peek)(dchan_handle_t *h, uint64_t *published);
+    /* Getter: read the whole source into dchan_h_buf(h). DCHAN_PROV_PUT_DONE:
+     * done before returning; DCHAN_SUCCESS: dchan_core_get_done follows. */
+    int (*get)(dchan_handle_t *h);
+    /* Getter: write v into the source's taken word, after the data is here. */
+    int (*get_ack)(dchan_handle_t *h, uint64_t v);
+};
+
+/* Get: the source's control words (2). */
+uint64_t *dchan_h_ctl(const dchan_handle_t *h);
+/* Get: is h a live source handle? (for in-process lookups by id) */
+bool dchan_h_is_source(const dchan_handle_t *h);
+/* Getter: the read in flight completed (rc 0) or failed. */
+void dchan_core_get_done(dchan_handle_t *h, int rc);
 
 /* What a provider can tell without a context. */
 struct dchan_probe {
@@ -168,6 +236,27 @@ struct dchan_provider_ops {
     /* Poll completions; report them through dchan_core_*. Returns >= 0
      * (events seen) or a negative code for a failure of the whole provider. */
     int (*progress)(struct dchan_prov *p);
+
+    /* Wake-up descriptor (DESIGN §7, lib/wakeup.c). wake_fd: once, at the
+     * first dchan_wakeup_fd: a descriptor that becomes readable when the
+     * provider has work for progress, which the core adds to the context's
+     * epoll set; -1: none (the provider signals through dchan_core_wake).
+     * wake_arm: the process is about to sleep: tell the peers (a flag they
+     * read after their signalling store), then look for work that came
+     * before: DCHAN_SUCCESS (anything later makes the descriptor readable)
+     * or DCHAN_ERR_AGAIN. Reports found there go through dchan_core_* as
+     * in progress. wake_disarm: awake again, after a wake_arm that
+     * succeeded; the hot path must not pay for a wake-up from then on. */
+    int (*wake_fd)(struct dchan_prov *p, int *fd);
+    int (*wake_arm)(struct dchan_prov *p);
+    void (*wake_disarm)(struct dchan_prov *p);
+    /* For dchan_info: DCHAN_SLEEPS_* */
+    int sleeps;
+    /* Puts of gathered send sides come as segment lists (dchan_put_desc.iov);
+     * false: the core gathers them into a staging buffer first. */
+    bool gather;
+    /* Get (dchan_create_source); NULL where the provider offers none. */
+    const struct dchan_get_ops *get;
 };
 
 /* A provider instance inside one context. */
@@ -203,6 +292,9 @@ void dchan_prov_noop_credit_close(dchan_handle_t *h);
 int dchan_prov_nosys_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
 int dchan_prov_nosys_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 int dchan_prov_noop_progress(struct dchan_prov *p);
+int dchan_prov_nowake_fd(struct dchan_prov *p, int *fd);     /* *fd = -1 */
+int dchan_prov_noop_wake_arm(struct dchan_prov *p);         /* DCHAN_SUCCESS */
+void dchan_prov_noop_wake_disarm(struct dchan_prov *p);
 
 /* ---- what the core offers providers ---------------------------------- */
 
@@ -270,6 +362,28 @@ int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot);
 /* Receiver: a credit_write that returned DCHAN_SUCCESS completed (rc 0)
  * or failed. */
 void dchan_core_credit_done(dchan_handle_t *h, int rc);
+/* Wake-up: make the context's descriptor readable if the process armed
+ * it and has not woken since (for work created inside this process: self
+ * puts, another thread's). Costs a fence and a load otherwise. */
+void dchan_core_wake(dchan_ctx_t *ctx);
+/* A wake-up for providers that cannot sleep until an event: a one-shot
+ * timer from DCHAN_WAKE_TIMER_MIN_US after activity, doubling at each
+ * empty look up to DCHAN_WAKE_TIMER_MAX_US (lib/wakeup.c). */
+struct dchan_waketimer {
+    int fd;
+    uint64_t cur_us, min_us, max_us;
+};
+void dchan_waketimer_init(dchan_ctx_t *ctx, struct dchan_waketimer *t); /* no fd yet */
+int dchan_waketimer_fd(dchan_ctx_t *ctx, struct dchan_waketimer *t, int *fd);
+/* Arm for the next look; stop: nothing can come (no timer). */
+int dchan_waketimer_arm(struct dchan_waketimer *t, bool stop);
+static inline void dchan_waketimer_activity(struct dchan_waketimer *t)
+{
+    t->cur_us = 0;
+}
+void dchan_waketimer_close(struct dchan_waketimer *t);
+
+
 /* Either side: an asynchronous failure on one handle (it enters the error
  * state; error_fn is called from the next progress). */
 void dchan_core_handle_error(dchan_handle_t *h, int rc);

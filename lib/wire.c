@@ -28,6 +28,7 @@ enum {
 };
 _Static_assert(OFF_CTAG + 4 == OFF_SUM, "wire layout");
 #define WIRE_F_CREDIT 0x01u
+#define WIRE_F_SOURCE 0x02u
 _Static_assert(OFF_SUM + 8 == DCHAN_WIRE_SIZE, "wire layout");
 
 void dchan_put_le16(unsigned char *p, uint16_t v)
@@ -98,7 +99,7 @@ void dchan_wire_encode(const struct dchan_wire_fields *f, dchan_wire_t *w)
     memcpy(b + OFF_PROV, f->prov, DCHAN_WIRE_PROV_BYTES);
     /* depth - 1, so that a default handle's bytes stay zero as before. */
     b[OFF_DEPTH] = (unsigned char)(f->depth > 1 ? f->depth - 1 : 0);
-    b[OFF_FLAGS] = f->credit ? WIRE_F_CREDIT : 0;
+    b[OFF_FLAGS] = (unsigned char)((f->credit ? WIRE_F_CREDIT : 0) | (f->source ? WIRE_F_SOURCE : 0));
     dchan_put_le16(b + OFF_CIDX, f->credit_index);
     dchan_put_le32(b + OFF_CTAG, f->credit_tag);
     dchan_put_le64(b + OFF_SUM, dchan_fnv1a64(b, OFF_SUM));
@@ -112,7 +113,7 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
         dchan_get_le16(b + OFF_VERSION) != DCHAN_WIRE_VERSION ||
         dchan_get_le64(b + OFF_SUM) != dchan_fnv1a64(b, OFF_SUM))
         return DCHAN_ERR_HANDLE;
-    if (b[OFF_FLAGS] & ~WIRE_F_CREDIT)
+    if (b[OFF_FLAGS] & ~(WIRE_F_CREDIT | WIRE_F_SOURCE))
         return DCHAN_ERR_HANDLE;
 
     f->provider_id = b[OFF_PROVIDER];
@@ -127,6 +128,10 @@ int dchan_wire_decode(const dchan_wire_t *w, struct dchan_wire_fields *f)
     memcpy(f->prov, b + OFF_PROV, DCHAN_WIRE_PROV_BYTES);
     f->depth = b[OFF_DEPTH] + 1u;
     f->credit = (b[OFF_FLAGS] & WIRE_F_CREDIT) != 0;
+    f->source = (b[OFF_FLAGS] & WIRE_F_SOURCE) != 0;
+    /* A source is read whole, once per version: no slots, credit or mode. */
+    if (f->source && (f->credit || b[OFF_DEPTH] != 0 || f->detect != DCHAN_DETECT_EVENT))
+        return DCHAN_ERR_HANDLE;
     f->credit_index = dchan_get_le16(b + OFF_CIDX);
     f->credit_tag = dchan_get_le32(b + OFF_CTAG);
 

@@ -16,7 +16,7 @@
  *    40   8 oob pattern (SENTINEL; zero otherwise)
  *
  *   112   1 depth - 1 (slots of size bytes; 0 for depth 1)
- *   113   1 flags: 0x01 credit
+ *   113   1 flags: 0x01 credit, 0x02 source (a get channel; EVENT, depth 1, no credit)
  *   114   2 credit word index (in the sender's credit area for this receiver)
  *   116   4 credit tag (high half of every credit word; 0 without credit)
  *
@@ -47,6 +47,7 @@ struct dchan_wire_fields {
     uint64_t oob;
     uint32_t depth; /* 1 ... DCHAN_MAX_DEPTH */
     bool credit;
+    bool source; /* the wire of a source (dchan_create_source): for dchan_assoc_remote */
     uint16_t credit_index;
     uint32_t credit_tag;
     unsigned char prov[DCHAN_WIRE_PROV_BYTES];

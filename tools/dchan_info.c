@@ -39,6 +39,26 @@ static void print_modes(unsigned modes, int def)
     printf("\n");
 }
 
+/* How the provider serves dchan_wakeup_fd: whether a sleeping process
+ * really sleeps (DESIGN §7). */
+static void print_sleeps(const struct dchan_provider_ops *ops)
+{
+    const struct dchan_params *pv = dchan_probe_params();
+    unsigned long lo = pv ? pv->WAKE_TIMER_MIN_US : 0, hi = pv ? pv->WAKE_TIMER_MAX_US : 0;
+    switch (ops->sleeps) {
+    case DCHAN_SLEEPS_EVENT:
+        printf("    wake-up: sleeps for real (woken by the event itself)\n");
+        break;
+    case DCHAN_SLEEPS_FABRIC:
+        printf("    wake-up: sleeps for real where the fabric has a wait fd (tcp;ofi_rxm); "
+               "else a timer looks, every %lu us doubling to %lu us\n", lo, hi);
+        break;
+    default:
+        printf("    wake-up: does not sleep for real: a timer looks, every %lu us after "
+               "activity doubling to %lu us (DCHAN_WAKE_TIMER_MIN_US, _MAX_US)\n", lo, hi);
+    }
+}
+
 static void print_providers(void)
 {
     printf("providers (automatic order for other ranks):\n");
@@ -49,8 +69,10 @@ static void print_providers(void)
         int rc = ops->probe(&pr);
         printf("  %-6s %s: %s\n", ops->name, rc == DCHAN_SUCCESS ? "usable" : "not usable",
                pr.desc[0] ? pr.desc : dchan_strerror(rc));
-        if (rc == DCHAN_SUCCESS)
+        if (rc == DCHAN_SUCCESS) {
             print_modes(pr.modes, pr.default_detect);
+            print_sleeps(ops);
+        }
     }
     printf("bootstrap methods:");
     for (int m = DCHAN_BOOT_MPI; m <= DCHAN_BOOT_SINGLETON; m++) {

@@ -42,6 +42,8 @@ BEGIN {
     # Fortran names are case-insensitive, so the constant DCHAN_VERSION and
     # the call dchan_version() would be one name: the constant is renamed.
     rename["DCHAN_VERSION"] = "DCHAN_VERSION_NUMBER"
+    # Pointer parameters that C reads as arrays (dimension(*) in Fortran).
+    arrayarg["dchan_assoc_local_iov", "iov"] = 1
     text = ""
     nconst = 0
     ifdepth = 0
@@ -292,6 +294,9 @@ function parse_var(s, what,   t, n, k, base) {
     if (n >= 4 && t[n] == "]" && t[n - 2] == "[") {
         p_dim = t[n - 1]
         n -= 3
+    } else if (n >= 3 && t[n] == "]" && t[n - 1] == "[") {
+        p_dim = "*" # a parameter "const size_t sizes[]": an array of any length
+        n -= 2
     }
     if (n < 2)
         fatal(what ": cannot parse '" s "' (every parameter needs a name)")
@@ -334,6 +339,13 @@ function arg_type(base, ptr, isconst) {
         # (after it read struct_size, where there is one).
         if (base in struct)
             return "type(" base "), " (isconst ? "intent(in)" : (base in sized) ? "intent(inout)" : "intent(out)")
+        # Arrays of sizes the call reads (dchan_assoc_local_subarray).
+        if (base == "size_t" && isconst)
+            return "integer(c_size_t), intent(in)"
+        # An int the call fills in (dchan_wakeup_fd's descriptor); inout,
+        # since a failing call leaves it as it was.
+        if (base == "int" && !isconst)
+            return "integer(c_int), intent(inout)"
     } else if (ptr == 2 && (base == "void" || (base in opaque)) && !isconst) {
         # The call creates the object (or memory) and stores its pointer.
         return "type(c_ptr), intent(out)"
@@ -406,9 +418,12 @@ function resolve_proc(i,   k, d, what) {
     what = pname[i]
     for (k = 1; k <= pnargs[i]; k++) {
         parse_var(parg_src[i, k], what)
-        if (p_dim != "")
+        if (p_dim != "" && (p_dim != "*" || p_ptr))
             fatal(what ": array parameter '" trim(parg_src[i, k]) "'")
-        d = arg_type(p_base, p_ptr, p_const)
+        # T name[] is T *name, passed as an array.
+        d = arg_type(p_base, p_dim == "*" ? 1 : p_ptr, p_const)
+        if (d != "" && (p_dim == "*" || ((what, p_name) in arrayarg)))
+            d = d ", dimension(*)"
         if (d == "")
             fatal(what ": no Fortran rule for the parameter '" trim(parg_src[i, k]) "' (add one to gen-fortran.awk)")
         parg[i, k] = p_name
@@ -535,7 +550,9 @@ function call_line(lead, name, i, tail, width,   k, line, out, piece) {
         piece = parg[i, k] (k < pnargs[i] ? ", " : ")")
         if (length(line piece) > width && k > 1) {
             out = out line "&\n"
-            line = lead "    "
+            # Continued under the call: the lead's indentation, not its keyword.
+            match(lead, /^ */)
+            line = substr(lead, 1, RLENGTH) "    "
         }
         line = line piece
     }

@@ -24,6 +24,7 @@
  */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,6 +45,13 @@ enum {
     W_CSEND,  /* receive handle: the credit count in flight */
     W_CRECV,  /* send handle: the receive waiting for the next count */
     W_ORPHAN, /* a credit send that outlived its handle */
+    /* get (see "get" below) */
+    W_GPUBS,  /* source: a published count in flight */
+    W_GREQR,  /* source: the receive waiting for the getter's request */
+    W_GDATAS, /* source: the data in flight */
+    W_GREQS,  /* getter: its request in flight */
+    W_GPUBR,  /* getter: the receive waiting for the next published count */
+    W_GDATAR, /* getter: the receive of the data */
 };
 
 /* One request that may sit in the started list. */
@@ -72,6 +80,7 @@ struct mpi_state {
     uint64_t **credit;
     uint32_t cwords;
     int nranks;
+    struct dchan_waketimer wt; /* wake-up (see mpi_wake_arm) */
 };
 
 /* A receive handle's slots and its credit send. Not in the handle: a
@@ -184,6 +193,7 @@ static int mpi_open(struct dchan_prov *p)
         return DCHAN_ERR_NO_MEMORY;
     s->comm = MPI_COMM_NULL;
     s->ccomm = MPI_COMM_NULL;
+    dchan_waketimer_init(p->ctx, &s->wt);
     p->state = s;
     p->default_detect = DCHAN_DETECT_EVENT;
     p->addr_len = 0;
@@ -285,6 +295,7 @@ static void mpi_close(struct dchan_prov *p)
     free(s->fired);
     free(s->done);
     free(s->st);
+    dchan_waketimer_close(&s->wt);
     free(s);
     p->state = NULL;
 }
@@ -316,6 +327,38 @@ static int make_type(size_t size, MPI_Datatype *type, int *count)
         *count = 1;
     }
     return MPI_Type_commit(type);
+}
+
+/* A gathered send side: one hindexed type over the segments' absolute
+ * addresses (sent from MPI_BOTTOM), committed once at association; pieces
+ * above 1 GiB are split so that every block length fits an int. */
+static int make_gather_type(const dchan_iov_t *segs, size_t nseg, MPI_Datatype *type, int *count)
+{
+    const size_t piece = (size_t)1 << 30;
+    size_t n = 0;
+    for (size_t i = 0; i < nseg; i++)
+        n += (segs[i].len + piece - 1) / piece;
+    if (n > INT_MAX)
+        return MPI_ERR_COUNT;
+    int *lens = malloc(n * sizeof *lens);
+    MPI_Aint *displ = malloc(n * sizeof *displ);
+    int rc = MPI_ERR_NO_MEM;
+    if (lens && displ) {
+        size_t k = 0;
+        for (size_t i = 0; i < nseg; i++)
+            for (size_t off = 0; off < segs[i].len; off += piece, k++) {
+                size_t left = segs[i].len - off;
+                lens[k] = (int)(left < piece ? left : piece);
+                MPI_Get_address((const char *)segs[i].base + off, &displ[k]);
+            }
+        rc = MPI_Type_create_hindexed((int)n, lens, displ, MPI_BYTE, type);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Type_commit(type);
+        *count = 1;
+    }
+    free(lens);
+    free(displ);
+    return rc;
 }
 
 static void free_type(struct mpi_h *m)
@@ -553,7 +596,10 @@ static int mpi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
     m->w = (struct mpi_wait){.rq = &m->req, .h = h, .pos = -1, .kind = W_SEND};
     if (reserve(s, 1) != DCHAN_SUCCESS)
         return DCHAN_ERR_NO_MEMORY;
-    rc = make_type(dchan_h_size(h), &m->type, &m->count);
+    const dchan_iov_t *segs;
+    size_t nseg = dchan_h_segs(h, &segs);
+    rc = nseg ? make_gather_type(segs, nseg, &m->type, &m->count)
+              : make_type(dchan_h_size(h), &m->type, &m->count);
     if (rc != MPI_SUCCESS) {
         free_type(m);
         unreserve(s, 1);
@@ -570,7 +616,9 @@ static int mpi_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     int done = 0;
     /* d->offset is not needed: the receiver posted each slot's receive at
      * its own address, in the order puts fill them. */
-    int rc = MPI_Isend(d->src, m->count, m->type, dchan_h_peer(h), m->tag, s->comm, &m->req);
+    /* A gathered put: the type holds the segments' absolute addresses. */
+    int rc = MPI_Isend(d->iov ? MPI_BOTTOM : d->src, m->count, m->type, dchan_h_peer(h), m->tag,
+                       s->comm, &m->req);
     if (rc == MPI_SUCCESS)
         rc = MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
@@ -755,6 +803,8 @@ static void recv_done(struct dchan_prov *p, dchan_handle_t *h, const MPI_Status 
     }
 }
 
+static void get_fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status *st, int err);
+
 static void fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status *st, int err)
 {
     struct mpi_state *s = p->state;
@@ -774,6 +824,14 @@ static void fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status *st
     case W_ORPHAN:
         unreserve(s, 1);
         free((char *)w - offsetof(struct mpi_rx, cw));
+        break;
+    case W_GPUBS:
+    case W_GREQR:
+    case W_GDATAS:
+    case W_GREQS:
+    case W_GPUBR:
+    case W_GDATAR:
+        get_fired(p, w, st, err);
         break;
     case W_CRECV: {
         struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
@@ -828,6 +886,7 @@ static int mpi_progress(struct dchan_prov *p)
         return mpi_rc(p, rc, "MPI_Testsome");
     if (n == MPI_UNDEFINED || n == 0)
         return 0;
+    dchan_waketimer_activity(&s->wt); /* the next sleep looks again soon */
     /* Give each completed request back to its owner (persistent ones stay
      * allocated), then compact the list in one pass. */
     for (int k = 0; k < n; k++) {
@@ -856,6 +915,341 @@ static int mpi_progress(struct dchan_prov *p)
     return n;
 }
 
+/* ---- wake-up ------------------------------------------------------------------------- */
+
+/* MPI has no descriptor to sleep on, and under MPI_THREAD_SINGLE no helper
+ * thread may block in MPI for us: a one-shot timer wakes the sleeper to
+ * look, from min_us after activity, doubling while the looks find nothing,
+ * up to max_us. With nothing posted (no receive, no credit), nothing can
+ * complete: no timer, a real sleep. */
+static int mpi_wake_fd(struct dchan_prov *p, int *fd)
+{
+    struct mpi_state *s = p->state;
+    return dchan_waketimer_fd(p->ctx, &s->wt, fd);
+}
+
+static int mpi_wake_arm(struct dchan_prov *p)
+{
+    struct mpi_state *s = p->state;
+    int n = mpi_progress(p);
+    if (n != 0)
+        return n < 0 ? n : DCHAN_ERR_AGAIN;
+    return dchan_waketimer_arm(&s->wt, s->nreq == 0);
+}
+
+/* ---- get ----------------------------------------------------------------------------- */
+
+/*
+ * An emulation of get by messages on the credit communicator, with tags
+ * above the credit words', three per source (by the slot of its id, which
+ * both sides know from the wire): the source sends each published count
+ * (tag t), the getter asks for a version (t + 1), the source sends the
+ * buffer (t + 2). The getter keeps a receive posted for the counts, so
+ * dchan_get knows without a round trip whether a version is new; the
+ * source learns that a version was taken when the send of its buffer
+ * completed (the data has left it). A get costs a round trip; a destroyed
+ * source sends the count 0.
+ */
+#define GET_SLOT(id) ((id) & 0xffffffu) /* the slot of a wire id (lib/core.h) */
+enum { G_OUT = 0, G_IN = 1, G_DATA = 2 }; /* source: publish, request, data;
+                                         * getter: request, publish, data */
+
+struct mpi_g {
+    struct mpi_wait w[3];
+    MPI_Request rq[3];
+    MPI_Datatype type;
+    int count, tag;
+    uint64_t out, in, pub, sent;
+};
+
+static int get_tag(struct mpi_state *s, dchan_handle_t *h, int *tag)
+{
+    uint64_t t = (uint64_t)s->cwords + 3ull * GET_SLOT(dchan_h_id(h));
+    if (t + 2 > (uint64_t)s->tag_ub)
+        return DCHAN_ERR_UNSUPPORTED;
+    *tag = (int)t;
+    return DCHAN_SUCCESS;
+}
+
+/* Take a listed request off the list and wait for it. */
+static void get_finish(struct mpi_state *s, struct mpi_wait *w)
+{
+    if (w->pos >= 0)
+        started_remove(s, w);
+    if (*w->rq != MPI_REQUEST_NULL)
+        MPI_Wait(w->rq, MPI_STATUS_IGNORE);
+}
+
+/* Cancel a (persistent or not) receive and free it. */
+static void get_cancel(struct mpi_state *s, struct mpi_wait *w)
+{
+    if (w->pos >= 0)
+        started_remove(s, w);
+    if (*w->rq == MPI_REQUEST_NULL)
+        return;
+    MPI_Cancel(w->rq);
+    MPI_Wait(w->rq, MPI_STATUS_IGNORE);
+    if (*w->rq != MPI_REQUEST_NULL)
+        MPI_Request_free(w->rq);
+}
+
+static int get_common_open(dchan_handle_t *h, int in_kind, int in_tag, int *tagp)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    bool src = in_kind == W_GREQR;
+    int rc = get_tag(s, h, tagp);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    g->tag = *tagp;
+    for (int i = 0; i < 3; i++) {
+        g->rq[i] = MPI_REQUEST_NULL;
+        g->w[i] = (struct mpi_wait){.rq = &g->rq[i], .h = h, .pos = -1};
+    }
+    g->w[G_OUT].kind = src ? W_GPUBS : W_GREQS;
+    g->w[G_IN].kind = in_kind;
+    g->w[G_DATA].kind = src ? W_GDATAS : W_GDATAR;
+    g->type = MPI_DATATYPE_NULL;
+    if (reserve(s, 3) != DCHAN_SUCCESS)
+        return DCHAN_ERR_NO_MEMORY;
+    rc = make_type(dchan_h_size(h), &g->type, &g->count);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Recv_init(&g->in, 1, MPI_UINT64_T, dchan_h_peer(h), in_tag, s->ccomm,
+                           &g->rq[G_IN]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Start(&g->rq[G_IN]);
+    if (rc != MPI_SUCCESS) {
+        if (g->rq[G_IN] != MPI_REQUEST_NULL)
+            MPI_Request_free(&g->rq[G_IN]);
+        if (g->type != MPI_BYTE && g->type != MPI_DATATYPE_NULL)
+            MPI_Type_free(&g->type);
+        unreserve(s, 3);
+        return mpi_rc(p, rc, "get set-up");
+    }
+    started_add(s, &g->w[G_IN]);
+    return DCHAN_SUCCESS;
+}
+
+static void get_common_close(dchan_handle_t *h)
+{
+    struct mpi_state *s = dchan_h_prov(h)->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    if (!mpi_gone()) {
+        get_cancel(s, &g->w[G_IN]);
+        if (g->type != MPI_BYTE && g->type != MPI_DATATYPE_NULL)
+            MPI_Type_free(&g->type);
+    } else {
+        for (int i = 0; i < 3; i++)
+            if (g->w[i].pos >= 0)
+                started_remove(s, &g->w[i]);
+    }
+    unreserve(s, 3);
+}
+
+/* Source: send the published word as it is now. */
+static int mpi_src_publish(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    get_finish(s, &g->w[G_OUT]); /* the previous count: long delivered */
+    g->out = __atomic_load_n(&dchan_h_ctl(h)[0], __ATOMIC_ACQUIRE);
+    int rc = MPI_Isend(&g->out, 1, MPI_UINT64_T, dchan_h_peer(h), g->tag, s->ccomm,
+                       &g->rq[G_OUT]);
+    if (rc != MPI_SUCCESS)
+        return mpi_rc(p, rc, "MPI_Isend (published count)");
+    started_add(s, &g->w[G_OUT]);
+    return DCHAN_SUCCESS;
+}
+
+static int mpi_src_open(dchan_handle_t *h, unsigned char *wire_fields)
+{
+    int tag = 0;
+    struct mpi_state *s = dchan_h_prov(h)->state;
+    if (get_tag(s, h, &tag) != DCHAN_SUCCESS)
+        return DCHAN_ERR_UNSUPPORTED;
+    int rc = get_common_open(h, W_GREQR, tag + 1, &tag);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    if ((rc = mpi_src_publish(h)) != DCHAN_SUCCESS)
+        get_common_close(h);
+    return rc;
+}
+
+static void mpi_src_close(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    if (!mpi_gone()) {
+        /* The data in flight, for at most the drain time; then MPI finishes it. */
+        uint64_t deadline = now_ns() + dchan_ctx_params(p->ctx)->DRAIN_TIMEOUT_MS * 1000000ull;
+        if (g->w[G_DATA].pos >= 0)
+            started_remove(s, &g->w[G_DATA]);
+        while (g->rq[G_DATA] != MPI_REQUEST_NULL) {
+            int flag = 0;
+            MPI_Test(&g->rq[G_DATA], &flag, MPI_STATUS_IGNORE);
+            if (!flag && now_ns() > deadline)
+                MPI_Request_free(&g->rq[G_DATA]);
+        }
+        /* Gone: the count 0 (the core zeroed the word). */
+        get_finish(s, &g->w[G_OUT]);
+        g->out = 0;
+        MPI_Send(&g->out, 1, MPI_UINT64_T, dchan_h_peer(h), g->tag, s->ccomm);
+    }
+    get_common_close(h);
+}
+
+static int mpi_get_open(dchan_handle_t *h, const unsigned char *wire_fields)
+{
+    int tag = 0;
+    struct mpi_state *s = dchan_h_prov(h)->state;
+    for (int i = 0; i < DCHAN_WIRE_PROV_BYTES; i++)
+        if (wire_fields[i])
+            return DCHAN_ERR_HANDLE;
+    if (get_tag(s, h, &tag) != DCHAN_SUCCESS)
+        return DCHAN_ERR_UNSUPPORTED;
+    DCHAN_PROV_PRIV(h, struct mpi_g)->pub = 0;
+    return get_common_open(h, W_GPUBR, tag, &tag);
+}
+
+static void mpi_get_close(dchan_handle_t *h)
+{
+    struct mpi_state *s = dchan_h_prov(h)->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    if (!mpi_gone()) {
+        get_cancel(s, &g->w[G_DATA]);
+        get_finish(s, &g->w[G_OUT]);
+    }
+    get_common_close(h);
+}
+
+/* Getter: take every count that arrived; the receive stays listed. */
+static int pub_drain(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    int rc = MPI_SUCCESS;
+    /* Not listed: its completion is being reported, which sets pub. */
+    if (g->w[G_IN].pos < 0)
+        return DCHAN_SUCCESS;
+    started_remove(s, &g->w[G_IN]);
+    for (;;) {
+        int flag = 0;
+        if ((rc = MPI_Test(&g->rq[G_IN], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !flag)
+            break;
+        g->pub = g->in; /* counts of one source arrive in order */
+        if ((rc = MPI_Start(&g->rq[G_IN])) != MPI_SUCCESS)
+            break;
+    }
+    started_add(s, &g->w[G_IN]);
+    return rc == MPI_SUCCESS ? DCHAN_SUCCESS : mpi_rc(p, rc, "published count receive");
+}
+
+static int mpi_get_peek(dchan_handle_t *h, uint64_t *v)
+{
+    int rc = pub_drain(h);
+    *v = DCHAN_PROV_PRIV(h, struct mpi_g)->pub;
+    return rc;
+}
+
+static int mpi_get(dchan_handle_t *h)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_state *s = p->state;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    int peer = dchan_h_peer(h);
+    get_finish(s, &g->w[G_OUT]);
+    int rc = MPI_Irecv(dchan_h_buf(h), g->count, g->type, peer, g->tag + 2, s->ccomm,
+                       &g->rq[G_DATA]);
+    if (rc != MPI_SUCCESS)
+        return mpi_rc(p, rc, "MPI_Irecv (get)");
+    started_add(s, &g->w[G_DATA]);
+    g->out = g->pub; /* the version asked for, which is the taken word to come */
+    rc = MPI_Isend(&g->out, 1, MPI_UINT64_T, peer, g->tag + 1, s->ccomm, &g->rq[G_OUT]);
+    if (rc != MPI_SUCCESS) {
+        get_cancel(s, &g->w[G_DATA]);
+        return mpi_rc(p, rc, "MPI_Isend (get request)");
+    }
+    started_add(s, &g->w[G_OUT]);
+    return DCHAN_SUCCESS;
+}
+
+static int mpi_get_ack(dchan_handle_t *h, uint64_t v)
+{
+    return DCHAN_SUCCESS; /* the source knew when its send completed */
+}
+
+static void get_fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status *st, int err)
+{
+    struct mpi_state *s = p->state;
+    dchan_handle_t *h = w->h;
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    int drc = mpi_rc(p, err, "get message");
+
+    switch (w->kind) {
+    case W_GPUBS:
+    case W_GREQS:
+        if (drc != DCHAN_SUCCESS)
+            dchan_core_handle_error(h, drc);
+        break;
+    case W_GREQR: /* a request: send the buffer, listen for the next */
+        if (drc == DCHAN_SUCCESS && g->rq[G_DATA] == MPI_REQUEST_NULL) {
+            g->sent = g->in;
+            err = MPI_Isend(dchan_h_buf(h), g->count, g->type, dchan_h_peer(h), g->tag + 2,
+                            s->ccomm, &g->rq[G_DATA]);
+            if ((drc = mpi_rc(p, err, "MPI_Isend (get data)")) == DCHAN_SUCCESS)
+                started_add(s, &g->w[G_DATA]);
+        }
+        if (drc == DCHAN_SUCCESS && (err = MPI_Start(&g->rq[G_IN])) == MPI_SUCCESS)
+            started_add(s, &g->w[G_IN]);
+        else if (drc == DCHAN_SUCCESS)
+            drc = mpi_rc(p, err, "MPI_Start (get request)");
+        if (drc != DCHAN_SUCCESS)
+            dchan_core_handle_error(h, drc);
+        break;
+    case W_GDATAS: /* the data left: that version is taken */
+        if (drc == DCHAN_SUCCESS)
+            __atomic_store_n(&dchan_h_ctl(h)[1], g->sent, __ATOMIC_RELEASE);
+        else
+            dchan_core_handle_error(h, drc);
+        break;
+    case W_GPUBR:
+        if (drc == DCHAN_SUCCESS) {
+            g->pub = g->in;
+            if ((err = MPI_Start(&g->rq[G_IN])) != MPI_SUCCESS)
+                drc = mpi_rc(p, err, "MPI_Start (published count)");
+            else
+                started_add(s, &g->w[G_IN]);
+        }
+        if (drc != DCHAN_SUCCESS)
+            dchan_core_handle_error(h, drc);
+        break;
+    case W_GDATAR: {
+        int count = -1;
+        if (drc == DCHAN_SUCCESS) {
+            MPI_Get_count(st, g->type, &count);
+            drc = count == g->count ? DCHAN_SUCCESS : DCHAN_ERR_SIZE;
+        }
+        dchan_core_get_done(h, drc);
+        break;
+    }
+    }
+}
+
+static const struct dchan_get_ops mpi_get_ops = {
+    .src_open = mpi_src_open,
+    .src_close = mpi_src_close,
+    .src_publish = mpi_src_publish,
+    .get_open = mpi_get_open,
+    .get_close = mpi_get_close,
+    .get_peek = mpi_get_peek,
+    .get = mpi_get,
+    .get_ack = mpi_get_ack,
+};
+
 const struct dchan_provider_ops dchan_mpi_ops = {
     .name = "mpi",
     .wire_id = DCHAN_PROV_ID_MPI,
@@ -881,4 +1275,10 @@ const struct dchan_provider_ops dchan_mpi_ops = {
     .credit_close = mpi_credit_close,
     .credit_write = mpi_credit_write,
     .progress = mpi_progress,
+    .wake_fd = mpi_wake_fd,
+    .wake_arm = mpi_wake_arm,
+    .wake_disarm = dchan_prov_noop_wake_disarm,
+    .sleeps = DCHAN_SLEEPS_TIMER,
+    .gather = true, /* an MPI hindexed datatype over the segments */
+    .get = &mpi_get_ops, /* an emulation by messages (see "get" above) */
 };

@@ -130,6 +130,11 @@ struct ofi_state {
     struct ofi_mr *csrc_mr;
     void *csrc_desc;
 
+    /* wake-up: the CQ's wait fd (FI_WAIT_FD), or -1; where the fabric has
+     * none, the core's backing-off timer wakes the sleeper to look */
+    int wait_fd;
+    struct dchan_waketimer wt;
+
     unsigned char *addr; /* what peers need: see ofi_init.c */
     size_t addr_len;
     bool same_host_only; /* shm: every rank must be on this host */

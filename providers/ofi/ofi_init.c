@@ -449,6 +449,7 @@ static void state_free(struct ofi_state *st)
         fi_close(&st->av->fid);
     if (st->cq)
         fi_close(&st->cq->fid);
+    dchan_waketimer_close(&st->wt);
     if (st->domain)
         fi_close(&st->domain->fid);
     if (st->fabric)
@@ -537,6 +538,8 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
     if (!st)
         return ret;
     st->nranks = dchan_ctx_nranks(p->ctx);
+    st->wait_fd = -1;
+    dchan_waketimer_init(p->ctx, &st->wt);
     st->info = fi_dupinfo(cand);
     st->peers = calloc((size_t)st->nranks, sizeof *st->peers);
     st->conn_lost = calloc((size_t)st->nranks, sizeof *st->conn_lost);
@@ -560,10 +563,23 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
      * armed handle; providers with FI_RM_ENABLED absorb the rest. */
     memset(&cq_attr, 0, sizeof cq_attr);
     cq_attr.format = FI_CQ_FORMAT_DATA;
-    cq_attr.wait_obj = FI_WAIT_NONE;
     cq_attr.size = st->info->tx_attr->size + st->info->rx_attr->size;
     *what = "fi_cq_open";
+    /* A wait fd for dchan_wakeup_fd where the fabric has one; it costs the
+     * data path nothing until fi_trywait resets it (libfabric signals it
+     * once per reset). */
+    cq_attr.wait_obj = FI_WAIT_FD;
     ret = fi_cq_open(st->domain, &cq_attr, &st->cq, NULL);
+    if (ret == 0 && fi_control(&st->cq->fid, FI_GETWAIT, &st->wait_fd) != 0) {
+        fi_close(&st->cq->fid);
+        st->cq = NULL;
+        st->wait_fd = -1;
+        ret = -FI_ENOSYS;
+    }
+    if (ret) {
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        ret = fi_cq_open(st->domain, &cq_attr, &st->cq, NULL);
+    }
     if (ret)
         goto fail;
     memset(&av_attr, 0, sizeof av_attr);
@@ -838,6 +854,42 @@ static int ofi_connect(struct dchan_prov *p, const void *addrs, size_t len)
     return DCHAN_SUCCESS;
 }
 
+/* ---- wake-up ---------------------------------------------------------------------------- */
+
+static int ofi_wake_fd(struct dchan_prov *p, int *fd)
+{
+    struct ofi_state *st = p->state;
+    if (st->wait_fd >= 0) {
+        *fd = st->wait_fd;
+        return DCHAN_SUCCESS;
+    }
+    dchan_info(p->ctx, OFI_NAME, "%s has no wait fd: a sleeping process wakes on a timer to look",
+               core_name(st->info));
+    return dchan_waketimer_fd(p->ctx, &st->wt, fd);
+}
+
+/* Completions first (progress also serves incoming transfers under manual
+ * progress), then fi_trywait: it resets the wait fd and refuses when
+ * something came in between. A peer's silent write (SENTINEL or FLAG
+ * tail, a credit word) ends in the target's progress on the fabrics here
+ * (tcp applies RMA there), whose socket is in the wait set. */
+static int ofi_wake_arm(struct dchan_prov *p)
+{
+    struct ofi_state *st = p->state;
+    int n = dchan_ofi_progress(p);
+    if (n != 0) {
+        dchan_waketimer_activity(&st->wt);
+        return n < 0 ? n : DCHAN_ERR_AGAIN;
+    }
+    if (st->wait_fd < 0)
+        return dchan_waketimer_arm(&st->wt, false);
+    struct fid *f = &st->cq->fid;
+    int ret = fi_trywait(st->fabric, &f, 1);
+    if (ret == -FI_EAGAIN)
+        return DCHAN_ERR_AGAIN;
+    return ret ? dchan_ofi_rc(p, ret, "fi_trywait") : DCHAN_SUCCESS;
+}
+
 static void ofi_close(struct dchan_prov *p)
 {
     state_free(p->state);
@@ -870,4 +922,8 @@ const struct dchan_provider_ops dchan_ofi_ops = {
     .credit_close = dchan_prov_noop_credit_close,
     .credit_write = dchan_ofi_credit_write,
     .progress = dchan_ofi_progress,
+    .wake_fd = ofi_wake_fd,
+    .wake_arm = ofi_wake_arm,
+    .wake_disarm = dchan_prov_noop_wake_disarm,
+    .sleeps = DCHAN_SLEEPS_FABRIC,
 };

@@ -855,5 +855,7 @@ int dchan_ofi_progress(struct dchan_prov *p)
     }
     if (st->retry_head)
         retry_due(p);
+    if (events)
+        dchan_waketimer_activity(&st->wt); /* a sleep looks again soon */
     return events;
 }

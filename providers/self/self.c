@@ -94,28 +94,42 @@ static int self_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         return DCHAN_ERR_PEER; /* the receive handle was destroyed */
     /* Never overwrite data the application still holds. */
     int rc = dchan_core_recv_writable(r, d->slot);
-    if (rc != DCHAN_SUCCESS)
+    if (rc != DCHAN_SUCCESS) {
+        dchan_core_wake(dchan_h_prov(h)->ctx); /* the overrun is an error to report */
         return rc;
+    }
     char *dst = (char *)dchan_h_buf(r) + d->offset;
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
         uint64_t tail;
-        memmove(dst, d->src, d->size - 8);
-        memcpy(&tail, (const char *)d->src + d->size - 8, 8);
+        if (d->iov) {
+            /* Gathered: the body, then the tail, which may straddle segments. */
+            dchan_gather_copy(d, 0, d->size - 8, dst);
+            dchan_gather_copy(d, d->size - 8, d->size, &tail);
+        } else {
+            memmove(dst, d->src, d->size - 8);
+            memcpy(&tail, (const char *)d->src + d->size - 8, 8);
+        }
         __atomic_store_n((uint64_t *)(dst + d->size - 8), tail, __ATOMIC_RELEASE);
         break;
     }
     case DCHAN_DETECT_FLAG:
-        if (d->src)
+        if (d->iov)
+            dchan_gather_copy(d, 0, d->size, dst);
+        else if (d->src)
             memmove(dst, d->src, d->size);
         __atomic_store_n(dchan_h_seq_word(r), d->seq, __ATOMIC_RELEASE);
         break;
     default:
-        if (d->src)
+        if (d->iov)
+            dchan_gather_copy(d, 0, d->size, dst);
+        else if (d->src)
             memmove(dst, d->src, d->size);
         dchan_core_arrival(r);
         break;
     }
+    /* Another thread of this process may sleep on the wake-up descriptor. */
+    dchan_core_wake(dchan_h_prov(h)->ctx);
     return DCHAN_PROV_PUT_DONE;
 }
 
@@ -137,12 +151,87 @@ static int self_credit_open(dchan_handle_t *h, uint32_t index, const volatile ui
 static int self_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
 {
     __atomic_store_n((uint64_t *)dchan_h_prov(h)->state + index, *src, __ATOMIC_RELEASE);
+    dchan_core_wake(dchan_h_prov(h)->ctx);
     return DCHAN_PROV_PUT_DONE;
 }
 
 static void self_send_close(dchan_handle_t *h)
 {
 }
+
+/* ---- get: the getter finds the source by id, in-process ---------------------------- */
+
+static dchan_handle_t *source_of(dchan_handle_t *g)
+{
+    dchan_handle_t *s =
+        dchan_ctx_recv_handle(dchan_h_prov(g)->ctx, DCHAN_PROV_PRIV(g, struct self_h)->recv_id);
+    return dchan_h_is_source(s) && dchan_h_gen(s) == dchan_h_gen(g) ? s : NULL;
+}
+
+static int self_src_open(dchan_handle_t *h, unsigned char *wire_fields)
+{
+    return DCHAN_SUCCESS;
+}
+
+static void self_src_close(dchan_handle_t *h)
+{
+}
+
+static int self_src_publish(dchan_handle_t *h)
+{
+    dchan_core_wake(dchan_h_prov(h)->ctx); /* the getter may be another thread */
+    return DCHAN_SUCCESS;
+}
+
+static int self_get_open(dchan_handle_t *g, const unsigned char *wire_fields)
+{
+    for (int i = 0; i < DCHAN_WIRE_PROV_BYTES; i++)
+        if (wire_fields[i])
+            return DCHAN_ERR_HANDLE;
+    DCHAN_PROV_PRIV(g, struct self_h)->recv_id = dchan_h_remote_id(g);
+    dchan_handle_t *s = source_of(g);
+    return s && dchan_h_size(s) == dchan_h_size(g) ? DCHAN_SUCCESS : DCHAN_ERR_HANDLE;
+}
+
+static void self_get_close(dchan_handle_t *g)
+{
+}
+
+static int self_get_peek(dchan_handle_t *g, uint64_t *v)
+{
+    dchan_handle_t *s = source_of(g);
+    *v = s ? __atomic_load_n(&dchan_h_ctl(s)[0], __ATOMIC_ACQUIRE) : 0;
+    return DCHAN_SUCCESS;
+}
+
+static int self_get(dchan_handle_t *g)
+{
+    dchan_handle_t *s = source_of(g);
+    if (!s)
+        return DCHAN_ERR_PEER;
+    memmove(dchan_h_buf(g), dchan_h_buf(s), dchan_h_size(g));
+    return DCHAN_PROV_PUT_DONE;
+}
+
+static int self_get_ack(dchan_handle_t *g, uint64_t v)
+{
+    dchan_handle_t *s = source_of(g);
+    if (s)
+        __atomic_store_n(&dchan_h_ctl(s)[1], v, __ATOMIC_RELEASE);
+    dchan_core_wake(dchan_h_prov(g)->ctx);
+    return DCHAN_SUCCESS;
+}
+
+static const struct dchan_get_ops self_get_ops = {
+    .src_open = self_src_open,
+    .src_close = self_src_close,
+    .src_publish = self_src_publish,
+    .get_open = self_get_open,
+    .get_close = self_get_close,
+    .get_peek = self_get_peek,
+    .get = self_get,
+    .get_ack = self_get_ack,
+};
 
 const struct dchan_provider_ops dchan_self_ops = {
     .name = "self",
@@ -170,4 +259,11 @@ const struct dchan_provider_ops dchan_self_ops = {
     .credit_close = dchan_prov_noop_credit_close,
     .credit_write = self_credit_write,
     .progress = dchan_prov_noop_progress,
+    /* In-process: the core's own eventfd, signalled by dchan_core_wake. */
+    .wake_fd = dchan_prov_nowake_fd,
+    .wake_arm = dchan_prov_noop_wake_arm,
+    .wake_disarm = dchan_prov_noop_wake_disarm,
+    .sleeps = DCHAN_SLEEPS_EVENT,
+    .gather = true, /* a gathering copy into the slot */
+    .get = &self_get_ops,
 };

@@ -65,8 +65,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -102,6 +104,7 @@ struct shm_addr {
     uint64_t size;
     uint64_t credit_off; /* the credit area: nranks * CREDIT_WORDS words */
     int32_t pid, fd;
+    int32_t efd; /* the wake-up eventfd, which peers take with pidfd_getfd */
 };
 
 struct shm_peer {
@@ -112,6 +115,7 @@ struct shm_peer {
     uint64_t ring_mask, data_off;
     uint64_t *credit; /* the peer's credit area in our mapping: our row is ours to write */
     uint64_t head_seen; /* the peer's ring_head as last read */
+    int efd;            /* its wake-up eventfd (our copy), or -1 */
 };
 
 /* Free and used extents of the own segment's data area, sorted. */
@@ -122,6 +126,7 @@ struct shm_ext {
 
 struct shm_state {
     int fd;
+    int efd; /* wake-up: signalled by peers that find hdr->asleep set */
     char *base;
     size_t size;
     uint64_t data_off; /* private copy: peers can write the header */
@@ -229,6 +234,7 @@ static int shm_open_(struct dchan_prov *p)
     if (!s)
         return DCHAN_ERR_NO_MEMORY;
     s->fd = -1;
+    s->efd = -1;
     s->peers = calloc((size_t)dchan_ctx_nranks(ctx), sizeof *s->peers);
     s->ext = malloc(16 * sizeof *s->ext);
     if (!s->peers || !s->ext)
@@ -236,7 +242,8 @@ static int shm_open_(struct dchan_prov *p)
     s->ext_cap = 16;
     snprintf(name, sizeof name, "dchan-%016llx-%d", (unsigned long long)dchan_ctx_job_key(ctx),
              dchan_ctx_rank(ctx));
-    s->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s->fd = s->efd < 0 ? -1 : memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (s->fd < 0 || fchmod(s->fd, 0600) != 0 || ftruncate(s->fd, (off_t)size) != 0 ||
         fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
         dchan_info(ctx, "shm", "cannot create a segment of %zu bytes: %s", size,
@@ -283,12 +290,12 @@ static int shm_open_(struct dchan_prov *p)
     s->next = 2;
 
     s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
-                                data_off, (int32_t)getpid(), s->fd};
+                                data_off, (int32_t)getpid(), s->fd, s->efd};
     s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){.base = s->base, .size = size,
                                                      .pid = getpid(), .ring = ring,
                                                      .ring_mask = slots - 1,
                                                      .data_off = data_off,
-                                                     .credit = s->credit};
+                                                     .credit = s->credit, .efd = s->efd};
     p->state = s;
     p->addr = &s->addr;
     p->addr_len = sizeof s->addr;
@@ -304,10 +311,31 @@ fail:
         munmap(s->base, size);
     if (s->fd >= 0)
         close(s->fd);
+    if (s->efd >= 0)
+        close(s->efd);
     free(s->peers);
     free(s->ext);
     free(s);
     return errno == ENOMEM ? DCHAN_ERR_NO_MEMORY : DCHAN_ERR_UNSUPPORTED;
+}
+
+/* A copy of descriptor fd of process pid (Linux 5.6), under the same ptrace
+ * permission as Cross Memory Attach, which shm needs anyway; -1 on failure. */
+static int take_fd(pid_t pid, int fd)
+{
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_getfd)
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0)
+        return -1;
+    int copy = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+    int e = errno;
+    close(pfd);
+    errno = e;
+    return copy; /* the kernel sets O_CLOEXEC on it */
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
 }
 
 /* Map rank r's segment through its owner's descriptor, and check that it
@@ -386,7 +414,14 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
     s->peers[r] = (struct shm_peer){.base = base, .size = a->size, .pid = a->pid,
                                     .ring = (struct shm_slot *)(base + ring_off),
                                     .ring_mask = slots - 1, .data_off = data_off,
-                                    .credit = (uint64_t *)(base + a->credit_off)};
+                                    .credit = (uint64_t *)(base + a->credit_off),
+                                    .efd = take_fd(a->pid, a->efd)};
+    if (s->peers[r].efd < 0) {
+        /* That rank cannot be woken by us: its dchan_wakeup_fd says so. */
+        dchan_info(ctx, "shm", "cannot take rank %d's wake-up eventfd (pidfd_getfd): %s", r,
+                   strerror(errno));
+        __atomic_fetch_add(&h->nowake, 1, __ATOMIC_RELEASE);
+    }
     return DCHAN_SUCCESS;
 unmap:
     munmap(base, a->size);
@@ -442,10 +477,15 @@ static void shm_close(struct dchan_prov *p)
     if (!s)
         return;
     for (int r = 0; r < n; r++)
-        if (r != me && s->peers[r].base)
+        if (r != me && s->peers[r].base) {
             munmap(s->peers[r].base, s->peers[r].size);
+            if (s->peers[r].efd >= 0)
+                close(s->peers[r].efd);
+        }
     if (s->fd >= 0)
         close(s->fd);
+    if (s->efd >= 0)
+        close(s->efd);
     munmap(s->base, s->size);
     free(s->peers);
     free(s->ext);
@@ -755,6 +795,39 @@ static int write_body(const struct shm_sh *sh, size_t off, const void *src, size
     return DCHAN_SUCCESS;
 }
 
+/* Bytes [from, to) of a gathered message (d->iov) into the slot: a
+ * gathering copy where the slot is mapped here, else process_vm_writev
+ * with the segments as the local iovec list, SHM_IOV_BATCH at a time. */
+#define SHM_IOV_BATCH 256
+static int write_gather(const struct shm_sh *sh, const struct dchan_put_desc *d, size_t from,
+                        size_t to)
+{
+    if (from >= to)
+        return DCHAN_SUCCESS;
+    if (sh->dst || sh->local) {
+        char *dst = sh->dst ? sh->dst : (char *)(uintptr_t)sh->dst_va;
+        dchan_gather_copy(d, from, to, dst + d->offset + from);
+        if (to - from >= SHM_NT_FENCE_BYTES)
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        return DCHAN_SUCCESS;
+    }
+    dchan_iov_t seg[SHM_IOV_BATCH];
+    struct iovec l[SHM_IOV_BATCH];
+    while (from < to) {
+        size_t next = from, k = dchan_gather_slice(d, &next, to, seg, SHM_IOV_BATCH);
+        for (size_t i = 0; i < k; i++)
+            l[i] = (struct iovec){(void *)seg[i].base, seg[i].len};
+        struct iovec r = {(void *)(uintptr_t)(sh->dst_va + d->offset + from), next - from};
+        ssize_t w = process_vm_writev(sh->pid, l, k, &r, 1, 0);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return errno_code(w < 0 ? errno : EFAULT);
+        from += (size_t)w; /* a short write goes on from where it stopped */
+    }
+    return DCHAN_SUCCESS;
+}
+
 /* Claim the next position of the receiver's ring; DCHAN_ERR_AGAIN when it
  * is full (the receiver has not polled for a whole ring of arrivals). The
  * claim comes before the body is written, so that its locked instruction
@@ -795,6 +868,65 @@ static void ring_publish(struct shm_slot *sl, uint64_t pos, uint32_t id, uint32_
     __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
 }
 
+/* ---- wake-up ---------------------------------------------------------------------------- */
+
+/* The receiver declared itself asleep: one signal per sleep (whoever takes
+ * the flag writes). */
+static void __attribute__((noinline, cold)) wake_signal(struct shm_peer *pr)
+{
+    struct shm_hdr *hdr = (struct shm_hdr *)pr->base;
+    uint64_t one = 1;
+    if (__atomic_exchange_n(&hdr->asleep, 0, __ATOMIC_ACQ_REL) && pr->efd >= 0 &&
+        write(pr->efd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is full, so readable anyway. */
+    }
+}
+
+/* After the store that signals an arrival or a credit (Dekker with the
+ * sleeper's wake_arm: flag, fence, look): an awake receiver costs a fence
+ * and a load of a line it does not write, no system call. */
+static inline void wake_peer(struct shm_peer *pr)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__builtin_expect(__atomic_load_n(&((struct shm_hdr *)pr->base)->asleep, __ATOMIC_RELAXED),
+                         0))
+        wake_signal(pr);
+}
+
+static int shm_wake_fd(struct dchan_prov *p, int *fd)
+{
+    struct shm_state *s = st(p);
+    if (__atomic_load_n(&s->hdr->nowake, __ATOMIC_ACQUIRE)) {
+        dchan_err(p->ctx, "shm", "a peer could not take this rank's eventfd (pidfd_getfd, "
+                  "Linux 5.6): no wake-up descriptor with shm");
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    *fd = s->efd;
+    return DCHAN_SUCCESS;
+}
+
+static int shm_wake_arm(struct dchan_prov *p)
+{
+    struct shm_state *s = st(p);
+    uint64_t v;
+    /* Signals of an earlier sleep: the flag below asks for new ones. */
+    while (read(s->efd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+    __atomic_store_n(&s->hdr->asleep, 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* SENTINEL and FLAG words and credit words: the core looks after this. */
+    if (ring_ready(&s->rx)) {
+        __atomic_store_n(&s->hdr->asleep, 0, __ATOMIC_RELAXED);
+        return DCHAN_ERR_AGAIN;
+    }
+    return DCHAN_SUCCESS;
+}
+
+static void shm_wake_disarm(struct dchan_prov *p)
+{
+    __atomic_store_n(&st(p)->hdr->asleep, 0, __ATOMIC_RELAXED);
+}
+
 static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
 {
     struct shm_sh *sh = d->priv;
@@ -804,8 +936,13 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     case DCHAN_DETECT_SENTINEL: {
         /* The body, then the tail: the receiver polls the tail. */
         uint64_t tail, at = d->offset + d->size - 8;
-        memcpy(&tail, (const char *)d->src + d->size - 8, 8);
-        rc = write_body(sh, d->offset, d->src, d->size - 8);
+        if (d->iov) {
+            dchan_gather_copy(d, d->size - 8, d->size, &tail);
+            rc = write_gather(sh, d, 0, d->size - 8);
+        } else {
+            memcpy(&tail, (const char *)d->src + d->size - 8, 8);
+            rc = write_body(sh, d->offset, d->src, d->size - 8);
+        }
         if (rc != DCHAN_SUCCESS)
             break;
         if (sh->dst)
@@ -815,9 +952,9 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         break;
     }
     case DCHAN_DETECT_FLAG:
-        if (!d->src)
+        if (!d->src && !d->iov)
             __atomic_thread_fence(__ATOMIC_RELEASE); /* the stores made in place */
-        rc = write_body(sh, d->offset, d->src, d->size);
+        rc = d->iov ? write_gather(sh, d, 0, d->size) : write_body(sh, d->offset, d->src, d->size);
         if (rc != DCHAN_SUCCESS)
             break;
         if (sh->seq_dst)
@@ -831,12 +968,15 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         rc = ring_claim(sh->peer, &sl, &pos);
         if (rc != DCHAN_SUCCESS)
             return rc; /* nothing written: the core drives progress and retries */
-        if (d->size <= SHM_INLINE_BYTES && d->src) {
-            memcpy(sl->data, d->src, d->size);
+        if (d->size <= SHM_INLINE_BYTES && (d->src || d->iov)) {
+            if (d->iov)
+                dchan_gather_copy(d, 0, d->size, sl->data);
+            else
+                memcpy(sl->data, d->src, d->size);
             ring_publish(sl, pos, d->remote_id, (uint32_t)d->size);
             break;
         }
-        rc = write_body(sh, d->offset, d->src, d->size);
+        rc = d->iov ? write_gather(sh, d, 0, d->size) : write_body(sh, d->offset, d->src, d->size);
         ring_publish(sl, pos, rc == DCHAN_SUCCESS ? d->remote_id : 0, 0);
         break;
     }
@@ -847,7 +987,10 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         dchan_core_put_done(h, rc);
         return rc;
     }
-    return rc == DCHAN_SUCCESS ? DCHAN_PROV_PUT_DONE : rc;
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    wake_peer(sh->peer);
+    return DCHAN_PROV_PUT_DONE;
 }
 
 static void shm_send_close(dchan_handle_t *h)
@@ -886,8 +1029,162 @@ static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *s
         return DCHAN_ERR_PEER;
     uint64_t *w = pr->credit + (size_t)dchan_ctx_rank(p->ctx) * s->credit_words + index;
     __atomic_store_n(w, *src, __ATOMIC_RELEASE);
+    wake_peer(pr); /* a sender may sleep until its credit comes back */
     return DCHAN_PROV_PUT_DONE;
 }
+
+/* ---- get --------------------------------------------------------------------------------- */
+
+/* The source publishes where its buffer and control words are, as a
+ * receiver does for its buffer and sequence word; the getter reads the
+ * buffer and the published word, and writes the taken word, through its
+ * mapping of the segment or with Cross Memory Attach. A getter's handle
+ * reuses struct shm_sh: dst/dst_va the source buffer, seq_dst/seq_va the
+ * control words. */
+static int shm_src_open(dchan_handle_t *h, unsigned char *wf)
+{
+    struct shm_state *s = st(dchan_h_prov(h));
+    uint64_t where;
+    wf[WF_BUF_LOC] = (unsigned char)locate(s, dchan_h_buf(h), dchan_h_size(h), &where);
+    dchan_put_le64(wf + WF_BUF, where);
+    wf[WF_SEQ_LOC] = (unsigned char)locate(s, dchan_h_ctl(h), 16, &where);
+    dchan_put_le64(wf + WF_SEQ, where);
+    return DCHAN_SUCCESS;
+}
+
+static void shm_src_close(dchan_handle_t *h)
+{
+}
+
+static int shm_src_publish(dchan_handle_t *h)
+{
+    return DCHAN_SUCCESS; /* the getter reads the word where it lies */
+}
+
+static int shm_get_open(dchan_handle_t *h, const unsigned char *wf)
+{
+    struct dchan_prov *p = dchan_h_prov(h);
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    int peer = dchan_h_peer(h);
+    struct shm_peer *pr = &st(p)->peers[peer];
+    uint64_t size = dchan_h_size(h), buf = dchan_get_le64(wf + WF_BUF),
+             ctl = dchan_get_le64(wf + WF_SEQ);
+
+    if (!pr->base)
+        return DCHAN_ERR_HANDLE;
+    for (int i = WF_SEQ + 8; i < DCHAN_WIRE_PROV_BYTES; i++)
+        if (wf[i])
+            return DCHAN_ERR_HANDLE;
+    for (int i = 2; i < WF_BUF; i++)
+        if (wf[i])
+            return DCHAN_ERR_HANDLE;
+    sh->peer = pr;
+    sh->pid = pr->pid;
+    sh->local = peer == dchan_ctx_rank(p->ctx);
+    if (wf[WF_BUF_LOC] == SHM_LOC_SEGMENT) {
+        if (buf < pr->data_off || buf > pr->size || size > pr->size - buf)
+            return DCHAN_ERR_HANDLE;
+        sh->dst = pr->base + buf;
+    } else if (wf[WF_BUF_LOC] == SHM_LOC_CMA && buf != 0 && buf + size > buf) {
+        sh->dst_va = buf;
+    } else {
+        return DCHAN_ERR_HANDLE;
+    }
+    if (ctl % 8)
+        return DCHAN_ERR_HANDLE;
+    if (wf[WF_SEQ_LOC] == SHM_LOC_SEGMENT) {
+        if (ctl < pr->data_off || ctl > pr->size - 16)
+            return DCHAN_ERR_HANDLE;
+        sh->seq_dst = (uint64_t *)(pr->base + ctl);
+    } else if (wf[WF_SEQ_LOC] == SHM_LOC_CMA && ctl != 0) {
+        sh->seq_va = ctl;
+    } else {
+        return DCHAN_ERR_HANDLE;
+    }
+    return DCHAN_SUCCESS;
+}
+
+static void shm_get_close(dchan_handle_t *h)
+{
+}
+
+/* Read len bytes at the peer's virtual address va. */
+static int cma_read(const struct shm_sh *sh, void *dst, uint64_t va, size_t len)
+{
+    if (sh->local) {
+        memcpy(dst, (const void *)(uintptr_t)va, len);
+        return DCHAN_SUCCESS;
+    }
+    while (len) {
+        size_t n = len < SHM_CMA_CHUNK ? len : SHM_CMA_CHUNK;
+        struct iovec l = {dst, n}, r = {(void *)(uintptr_t)va, n};
+        ssize_t got = process_vm_readv(sh->pid, &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return errno_code(got < 0 ? errno : EFAULT);
+        dst = (char *)dst + got;
+        va += (uint64_t)got;
+        len -= (size_t)got;
+    }
+    return DCHAN_SUCCESS;
+}
+
+static int shm_get_peek(dchan_handle_t *h, uint64_t *v)
+{
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    if (sh->seq_dst) {
+        *v = __atomic_load_n(sh->seq_dst, __ATOMIC_ACQUIRE);
+        return DCHAN_SUCCESS;
+    }
+    if (sh->local) {
+        *v = __atomic_load_n((uint64_t *)(uintptr_t)sh->seq_va, __ATOMIC_ACQUIRE);
+        return DCHAN_SUCCESS;
+    }
+    uint64_t w;
+    int rc = cma_read(sh, &w, sh->seq_va, 8);
+    /* Memory the source freed: gone, as its zeroed word says. */
+    *v = rc == DCHAN_SUCCESS ? w : 0;
+    return rc == DCHAN_SUCCESS || rc == DCHAN_ERR_HANDLE ? DCHAN_SUCCESS : rc;
+}
+
+static int shm_get(dchan_handle_t *h)
+{
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    if (sh->dst) {
+        memcpy(dchan_h_buf(h), sh->dst, dchan_h_size(h));
+        return DCHAN_PROV_PUT_DONE;
+    }
+    int rc = cma_read(sh, dchan_h_buf(h), sh->dst_va, dchan_h_size(h));
+    return rc == DCHAN_SUCCESS ? DCHAN_PROV_PUT_DONE : rc;
+}
+
+static int shm_get_ack(dchan_handle_t *h, uint64_t v)
+{
+    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
+    int rc = DCHAN_SUCCESS;
+    /* Release: the reads of the buffer are done before the source reuses it. */
+    if (sh->seq_dst)
+        __atomic_store_n(sh->seq_dst + 1, v, __ATOMIC_RELEASE);
+    else if (sh->local)
+        __atomic_store_n((uint64_t *)(uintptr_t)sh->seq_va + 1, v, __ATOMIC_RELEASE);
+    else
+        rc = cma_write(sh, &v, sh->seq_va + 8, 8);
+    if (rc == DCHAN_SUCCESS)
+        wake_peer(sh->peer);
+    return rc;
+}
+
+static const struct dchan_get_ops shm_get_ops = {
+    .src_open = shm_src_open,
+    .src_close = shm_src_close,
+    .src_publish = shm_src_publish,
+    .get_open = shm_get_open,
+    .get_close = shm_get_close,
+    .get_peek = shm_get_peek,
+    .get = shm_get,
+    .get_ack = shm_get_ack,
+};
 
 const struct dchan_provider_ops dchan_shm_ops = {
     .name = "shm",
@@ -915,4 +1212,10 @@ const struct dchan_provider_ops dchan_shm_ops = {
     .credit_close = dchan_prov_noop_credit_close,
     .credit_write = shm_credit_write,
     .progress = shm_progress,
+    .wake_fd = shm_wake_fd,
+    .wake_arm = shm_wake_arm,
+    .wake_disarm = shm_wake_disarm,
+    .sleeps = DCHAN_SLEEPS_EVENT,
+    .gather = true, /* a gathering copy into the slot, or a process_vm_writev iovec list */
+    .get = &shm_get_ops,
 };

@@ -50,6 +50,12 @@ struct shm_hdr {
     uint64_t cma_probe; /* written by peers with process_vm_writev at connect */
     _Alignas(128) uint64_t ring_tail; /* next position producers claim */
     _Alignas(128) uint64_t ring_head; /* next position the owner consumes */
+    /* Wake-up (DESIGN §7): nonzero while the owner sleeps on its eventfd;
+     * a sender that finds it set after its signalling store takes it (one
+     * signal per sleep) and writes the eventfd. Read-mostly, on a line of
+     * its own. nowake: peers that could not get the eventfd. */
+    _Alignas(128) uint32_t asleep;
+    uint32_t nowake;
 };
 
 /* The consumer's side of a ring, in private memory: the position it

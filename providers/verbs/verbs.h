@@ -128,6 +128,7 @@ struct vrb_state {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     struct ibv_cq *scq, *rcq;
+    struct ibv_comp_channel *wch; /* wake-up: both CQs report to it once armed */
     struct ibv_srq *srq;
     struct ibv_device_attr dev;
     struct ibv_port_attr port;
@@ -251,5 +252,11 @@ int dchan_verbs_credit_open(dchan_handle_t *h, uint32_t index, const volatile ui
 void dchan_verbs_credit_close(dchan_handle_t *h);
 int dchan_verbs_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
 int dchan_verbs_progress(struct dchan_prov *p);
+int dchan_verbs_wake_fd(struct dchan_prov *p, int *fd);
+int dchan_verbs_wake_arm(struct dchan_prov *p);
+/* Immediate data of the last WRITE of a SENTINEL or FLAG put and of a
+ * credit write: names no handle (no id is 0), only makes a receive
+ * completion, which wakes a peer asleep on its completion channel. */
+#define VRB_IMM_QUIET 0u
 
 #endif /* DCHAN_VERBS_H */

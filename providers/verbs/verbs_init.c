@@ -374,6 +374,8 @@ static void vrb_free(struct vrb_state *s)
         ibv_destroy_cq(s->rcq);
     if (s->scq)
         ibv_destroy_cq(s->scq);
+    if (s->wch)
+        ibv_destroy_comp_channel(s->wch);
     if (s->pd)
         ibv_dealloc_pd(s->pd);
     if (s->ctx)
@@ -521,7 +523,14 @@ static int vrb_open(struct dchan_prov *p)
     rc = credit_mem(s, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &s->carea, &s->carea_mr);
     if (rc != DCHAN_SUCCESS)
         goto fail;
-    s->scq = ibv_create_cq(s->ctx, (int)(n * (sq + VRB_CTL_DEPTH)), NULL, NULL, 0);
+    /* Costs nothing until a CQ is armed (dchan_wakeup_arm); without one,
+     * dchan_wakeup_fd says DCHAN_ERR_UNSUPPORTED. */
+    s->wch = ibv_create_comp_channel(s->ctx);
+    if (s->wch && fcntl(s->wch->fd, F_SETFL, fcntl(s->wch->fd, F_GETFL) | O_NONBLOCK) != 0) {
+        ibv_destroy_comp_channel(s->wch);
+        s->wch = NULL;
+    }
+    s->scq = ibv_create_cq(s->ctx, (int)(n * (sq + VRB_CTL_DEPTH)), NULL, s->wch, 0);
     if (!s->scq) {
         rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_create_cq (send)");
         goto fail;
@@ -544,7 +553,7 @@ static int vrb_open(struct dchan_prov *p)
         rc = DCHAN_ERR_NO_MEMORY;
         goto fail;
     }
-    s->rcq = ibv_create_cq(s->ctx, (int)rcq, NULL, NULL, 0);
+    s->rcq = ibv_create_cq(s->ctx, (int)rcq, NULL, s->wch, 0);
     if (!s->rcq) {
         rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_create_cq (receive)");
         goto fail;
@@ -777,4 +786,8 @@ const struct dchan_provider_ops dchan_verbs_ops = {
     .credit_close = dchan_verbs_credit_close,
     .credit_write = dchan_verbs_credit_write,
     .progress = dchan_verbs_progress,
+    .wake_fd = dchan_verbs_wake_fd,
+    .wake_arm = dchan_verbs_wake_arm,
+    .wake_disarm = dchan_prov_noop_wake_disarm,
+    .sleeps = DCHAN_SLEEPS_EVENT,
 };

@@ -266,8 +266,22 @@ static uint32_t add_body(struct vrb_state *s, uint32_t n, const char *src, uint6
     return n;
 }
 
-/* The WRs of h's put into s->wr; returns how many. */
+static uint32_t build_wrs(struct vrb_state *s, const struct vrb_sh *sh);
+
+/* The WRs of h's put into s->wr; returns how many. The last one carries
+ * an immediate in every mode: a receiver asleep on its completion channel
+ * wakes for it (a quiet one where the mode detects by polling memory). */
 static uint32_t build(struct vrb_state *s, const struct vrb_sh *sh)
+{
+    uint32_t n = build_wrs(s, sh);
+    if (n && s->wr[n - 1].opcode == IBV_WR_RDMA_WRITE) {
+        s->wr[n - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        s->wr[n - 1].imm_data = htonl(VRB_IMM_QUIET);
+    }
+    return n;
+}
+
+static uint32_t build_wrs(struct vrb_state *s, const struct vrb_sh *sh)
 {
     const char *src = sh->src;
     size_t size = sh->size;
@@ -554,7 +568,9 @@ static int post_credit(struct vrb_state *s, struct vrb_conn *c, dchan_handle_t *
         return DCHAN_ERR_AGAIN;
     memset(&wr, 0, sizeof wr);
     wr.wr_id = (uint64_t)c->idx << VRB_WRID_SEQ_BITS | (c->posted & VRB_WRID_SEQ_MASK);
-    wr.opcode = IBV_WR_RDMA_WRITE;
+    /* With an immediate: a sender asleep until its credit comes back wakes. */
+    wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data = htonl(VRB_IMM_QUIET);
     wr.wr.rdma.remote_addr = c->craddr + (uint64_t)rh->cidx * sizeof(uint64_t);
     wr.wr.rdma.rkey = c->crkey;
     wr.sg_list = &sge;
@@ -868,6 +884,8 @@ int dchan_verbs_poll_recv(struct vrb_state *s)
                 dchan_verbs_ctl_recv(s, c, imm);
                 continue;
             }
+            if (imm == VRB_IMM_QUIET)
+                continue; /* a wake-up only: what it ends is polled in memory */
             /* O(1) however many handles are armed: the id names the slot. */
             if (!dchan_core_arrival_id(s->p, imm, 0, c->peer, NULL, 0)) {
                 dchan_debug(s->p->ctx, VRB_NAME, "arrival for stale handle id %#x from rank %d",
@@ -880,6 +898,41 @@ int dchan_verbs_poll_recv(struct vrb_state *s)
     if (s->srq_owed >= VRB_SRQ_BATCH)
         dchan_verbs_srq_fill(s, false);
     return n;
+}
+
+/* ---- wake-up -------------------------------------------------------------------------------- */
+
+int dchan_verbs_wake_fd(struct dchan_prov *p, int *fd)
+{
+    struct vrb_state *s = p->state;
+    if (!s->wch) {
+        dchan_err(p->ctx, VRB_NAME, "no completion channel: no wake-up descriptor");
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    *fd = s->wch->fd;
+    return DCHAN_SUCCESS;
+}
+
+/* The classic order: consume old events, request the next one on both
+ * CQs, then poll once more, since a completion that came before the
+ * request raises no event. */
+int dchan_verbs_wake_arm(struct dchan_prov *p)
+{
+    struct vrb_state *s = p->state;
+    struct ibv_cq *cq;
+    void *cctx;
+    while (ibv_get_cq_event(s->wch, &cq, &cctx) == 0)
+        ibv_ack_cq_events(cq, 1);
+    int err = ibv_req_notify_cq(s->rcq, 0);
+    if (err == 0)
+        err = ibv_req_notify_cq(s->scq, 0);
+    if (err)
+        return dchan_verbs_rc(s, VRB_ERRNO, err, "ibv_req_notify_cq");
+    int n = dchan_verbs_progress(p);
+    if (n != 0)
+        return n < 0 ? n : DCHAN_ERR_AGAIN;
+    /* Connections being re-established move on from progress only. */
+    return s->att_head ? DCHAN_ERR_AGAIN : DCHAN_SUCCESS;
 }
 
 int dchan_verbs_progress(struct dchan_prov *p)

@@ -227,9 +227,43 @@ static void test_credit_fields(void **state)
     /* An unknown flag bit, behind a valid checksum. */
     sample_fields(&f, DCHAN_DETECT_EVENT);
     dchan_wire_encode(&f, &w);
-    w.bytes[113] = 0x02;
+    w.bytes[113] = 0x04;
     dchan_put_le64(w.bytes + 120, dchan_fnv1a64(w.bytes, 120));
     assert_int_equal(dchan_wire_decode(&w, &g), DCHAN_ERR_HANDLE);
+}
+
+/* The source flag (a get channel): round trip, and only with EVENT, depth 1
+ * and no credit; a wire without it (every older wire) is a put channel's. */
+static void test_source_flag(void **state)
+{
+    struct dchan_wire_fields f, g;
+    dchan_wire_t w;
+
+    sample_fields(&f, DCHAN_DETECT_EVENT);
+    dchan_wire_encode(&f, &w);
+    assert_int_equal(w.bytes[113], 0);
+    assert_int_equal(dchan_wire_decode(&w, &g), DCHAN_SUCCESS);
+    assert_false(g.source);
+    f.source = true;
+    dchan_wire_encode(&f, &w);
+    assert_int_equal(w.bytes[113], 0x02);
+    assert_int_equal(dchan_wire_decode(&w, &g), DCHAN_SUCCESS);
+    assert_true(g.source);
+    f.credit = true;
+    f.credit_tag = 1;
+    expect_bad(&f);
+    sample_fields(&f, DCHAN_DETECT_FLAG);
+    f.source = true;
+    expect_bad(&f);
+    sample_fields(&f, DCHAN_DETECT_SENTINEL);
+    f.source = true;
+    expect_bad(&f);
+    sample_fields(&f, DCHAN_DETECT_EVENT);
+    f.source = true;
+    f.depth = 2;
+    f.credit = true;
+    f.credit_tag = 1;
+    expect_bad(&f);
 }
 
 static void test_decode_bad_fields(void **state)
@@ -681,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_decode_random_wires),
         cmocka_unit_test(test_decode_bad_fields),
         cmocka_unit_test(test_credit_fields),
+        cmocka_unit_test(test_source_flag),
         cmocka_unit_test(test_import_every_flip),
         cmocka_unit_test(test_import_bad_fields),
         cmocka_unit_test(test_import_other_context),
