@@ -10,6 +10,7 @@ set xlabel "share of the msg iteration spent in the face exchange"
 set ylabel "time per iteration, dchan / msg"
 set xrange [0:1]
 set yrange [0:*]
+set offsets 0, 0, 0.15, 0 # room above the level line
 set grid
 set key top right
 set style line 1 lt 1 lw 2 pt 7 ps 1.5
