@@ -160,3 +160,19 @@ dchan_ctx_t *app_dchan_init(const struct app_common *o)
         app_die_dchan("dchan_init", rc);
     return ctx;
 }
+
+int app_parse_triple(const char *s, int out[3])
+{
+    const char *p = s;
+
+    for (int d = 0; d < 3; d++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+
+        if (end == p || v <= 0 || v > INT_MAX || (d < 2 ? *end != ',' : *end != '\0'))
+            return -1;
+        out[d] = (int)v;
+        p = end + 1;
+    }
+    return 0;
+}

@@ -39,6 +39,8 @@ void app_count_arrival(dchan_handle_t *h, void *arg);
 void app_wait_put_done(dchan_handle_t *sh);
 const char *app_detect_name(int detect);
 const char *app_mode_name(int mode);
+/* "A,B,C": three positive ints into out; 0 on success, -1 otherwise. */
+int app_parse_triple(const char *s, int out[3]);
 
 /* The options every app takes. */
 struct app_common {

@@ -1061,23 +1061,6 @@ static void usage(FILE *out)
             "sqrt(sum (u_new - u_old)^2).\n");
 }
 
-/* "A,B,C" with three positive ints; returns 0 on success. */
-static int parse_triple(const char *s, int out[3])
-{
-    const char *p = s;
-
-    for (int d = 0; d < 3; d++) {
-        char *end;
-        long v = strtol(p, &end, 10);
-
-        if (end == p || v <= 0 || v > INT_MAX || (d < 2 ? *end != ',' : *end != '\0'))
-            return -1;
-        out[d] = (int)v;
-        p = end + 1;
-    }
-    return 0;
-}
-
 /* Returns 0 to run, 1 for --help, -1 for an error (message printed on rank 0). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
@@ -1099,11 +1082,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 
         switch (c) {
         case 'g':
-            if (parse_triple(optarg, o->grid))
+            if (app_parse_triple(optarg, o->grid))
                 bad = "--grid wants NX,NY,NZ, three positive integers";
             break;
         case 'p':
-            if (parse_triple(optarg, o->procs))
+            if (app_parse_triple(optarg, o->procs))
                 bad = "--procs wants PX,PY,PZ, three positive integers";
             break;
         case 'b': {

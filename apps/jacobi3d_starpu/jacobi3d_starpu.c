@@ -732,21 +732,6 @@ static void usage(FILE *out)
             "task_time_s= (time inside tasks per iteration, largest over the ranks).\n");
 }
 
-static int parse_triple(const char *s, int out[3])
-{
-    const char *p = s;
-
-    for (int d = 0; d < 3; d++) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v <= 0 || v > INT_MAX || (d < 2 ? *end != ',' : *end != '\0'))
-            return -1;
-        out[d] = (int)v;
-        p = end + 1;
-    }
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct options *o)
 {
     static const struct option longopts[] = {
@@ -768,16 +753,16 @@ static int parse_args(int argc, char **argv, struct options *o)
 
         switch (c) {
         case 'g':
-            if (parse_triple(optarg, o->grid))
+            if (app_parse_triple(optarg, o->grid))
                 bad = "--grid wants NX,NY,NZ, three positive integers";
             break;
         case 'p':
-            if (parse_triple(optarg, o->procs))
+            if (app_parse_triple(optarg, o->procs))
                 bad = "--procs wants PX,PY,PZ, three positive integers";
             break;
         case 'b':
             if (strchr(optarg, ',')) {
-                if (parse_triple(optarg, o->blocks))
+                if (app_parse_triple(optarg, o->blocks))
                     bad = "--blocks wants B or BX,BY,BZ, positive integers";
             } else {
                 v = strtol(optarg, &end, 10);
