@@ -680,11 +680,14 @@ static int cacheline_open(void)
     /* Three lines 128 bytes apart (the adjacent-line prefetcher pairs
      * lines): the shared one, then one per direction for the floors; then
      * a ring per rank for the EVENT floor. */
-    MPI_Win_allocate_shared(bench_rank == 0 ? 3 * 128 + 2 * sizeof(struct floor_ring) : 0, 1,
+    MPI_Win_allocate_shared(bench_rank == 0 ? 4 * 128 + 2 * sizeof(struct floor_ring) : 0, 1,
                             MPI_INFO_NULL, cl_comm, &base, &cl_win);
     MPI_Win_shared_query(cl_win, 0, &sz, &du, &base);
     cl_line = base;
-    cl_rings = (struct floor_ring *)((char *)base + 3 * 128);
+    /* The window need not start on a 128-byte boundary; the same offset
+     * from it is one in every process (the mappings are page-aligned). */
+    uintptr_t rings = (uintptr_t)base + 3 * 128;
+    cl_rings = (struct floor_ring *)(rings + (-rings & 127));
     if (bench_rank == 0) {
         for (int k = 0; k < 3; k++)
             cl_line[k * 16] = 0;
