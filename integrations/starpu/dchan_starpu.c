@@ -268,6 +268,11 @@ int dchan_starpu_hook_start(dchan_starpu_t *ds, int budget)
     return DCHAN_SUCCESS;
 }
 
+static void grace(void *arg)
+{
+    (void)arg;
+}
+
 void dchan_starpu_hook_stop(dchan_starpu_t *ds)
 {
     if (!ds || ds->hook_id < 0)
@@ -279,6 +284,11 @@ void dchan_starpu_hook_stop(dchan_starpu_t *ds)
     pthread_mutex_lock(&ds->progress_lock);
     ds->hook_on = 0;
     pthread_mutex_unlock(&ds->progress_lock);
+    /* StarPU calls a hook outside its own lock: a worker that saw it
+     * registered may still be about to call it, and ds must outlive that
+     * call. A task run on every worker is a grace period: each worker has
+     * finished the hook calls of its earlier driver loops when it runs it. */
+    starpu_execute_on_each_worker(grace, NULL, STARPU_CPU | STARPU_CUDA | STARPU_OPENCL);
 }
 
 int dchan_starpu_progress(dchan_starpu_t *ds, int budget)

@@ -61,7 +61,9 @@ dchan_ctx_t *dchan_starpu_ctx(const dchan_starpu_t *ds);
 /* Registers the progression hook: each call runs dchan_progress_n(ctx,
  * budget) (budget >= 1). DCHAN_ERR_STATE when it is already registered. */
 int dchan_starpu_hook_start(dchan_starpu_t *ds, int budget);
-/* Deregisters it (no hook call is running once this returns). */
+/* Deregisters it; no hook call is running or about to run once this
+ * returns (it waits for every worker to pass a task, so call it from the
+ * application thread, never from a task or a callback). */
 void dchan_starpu_hook_stop(dchan_starpu_t *ds);
 /* Progress from a task or the main thread, with the same budget rule and
  * the same exclusion as the hook: 0 when another thread is progressing. */
