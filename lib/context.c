@@ -813,6 +813,8 @@ static int progress(dchan_ctx_t *ctx, int max)
     ctx->stats.progress_calls++;
     int rc = dchan_core_poll_providers(ctx);
     dchan_scan_pollq(ctx);
+    if (ctx->look_head)
+        dchan_credit_look(ctx);
     if (ctx->srcq_head)
         dchan_get_scan(ctx);
     int n = dispatch(ctx, max);

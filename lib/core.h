@@ -104,6 +104,8 @@ struct dchan_handle {
     uint64_t stall_ns;             /* sender: when puts began to be refused, 0: they are not */
     bool in_place;                 /* sender: dchan_put_ptr gave the mapped slot of the next put */
     bool cwant;                    /* sender: a put or dchan_credits found no credit (wake-up) */
+    bool on_look;                  /* sender: on ctx->look_head (its credit is looked for) */
+    dchan_handle_t *look_next;
     /* sender: dchan_set_completion (lib/strided.c): a callback per put
      * completed locally; n_done - n_cdone of them are due (on the fire list) */
     dchan_arrival_fn cfn;
@@ -197,6 +199,7 @@ struct dchan_ctx {
     struct dchan_credit_ids **cids;
     dchan_handle_t *credq_head; /* receive handles whose credit write must be retried */
     dchan_handle_t *srcq_head;  /* sources whose current version was not taken yet */
+    dchan_handle_t *look_head;  /* send handles whose puts used up the credit known */
 
     dchan_handle_t *qt_head, *qt_tail; /* quarantine of destroyed handles */
     uint64_t qt_len;
@@ -284,6 +287,7 @@ void dchan_ctx_unregister(dchan_ctx_t *ctx);
 bool dchan_ctx_registered(const dchan_ctx_t *ctx);
 /* Credited send handles that found no credit and have some now (lib/handle.c). */
 bool dchan_credit_returned(dchan_ctx_t *ctx);
+void dchan_credit_look(dchan_ctx_t *ctx);
 
 /* lib/memory.c */
 void dchan_core_mem_init(dchan_ctx_t *ctx);

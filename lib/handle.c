@@ -900,6 +900,40 @@ static int credit_take(dchan_handle_t *h)
     return DCHAN_SUCCESS;
 }
 
+/* A send handle whose puts used up the credit it knows of is looked at by
+ * progress, while the application waits anyway: its next put then finds
+ * the credit known, where it would otherwise load a line the receiver has
+ * just written, a transfer between cores on the put's own path. */
+static void look_add(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    h->on_look = true;
+    h->look_next = ctx->look_head;
+    ctx->look_head = h;
+}
+
+static void look_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    for (dchan_handle_t **pp = &ctx->look_head; *pp; pp = &(*pp)->look_next)
+        if (*pp == h) {
+            *pp = h->look_next;
+            break;
+        }
+    h->on_look = false;
+}
+
+void dchan_credit_look(dchan_ctx_t *ctx)
+{
+    for (dchan_handle_t **pp = &ctx->look_head; *pp;) {
+        dchan_handle_t *h = *pp;
+        if (h->error || credits_now(h) > 0) {
+            *pp = h->look_next;
+            h->on_look = false;
+        } else {
+            pp = &h->look_next;
+        }
+    }
+}
+
 /* O(handles) only while some send handle waits for credit. */
 bool dchan_credit_returned(dchan_ctx_t *ctx)
 {
@@ -1080,6 +1114,8 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
     }
     h->seq = d.seq;
     h->n_put++;
+    if (h->credit && h->granted + h->depth == h->n_put && !h->on_look)
+        look_add(ctx, h);
     h->in_place = false;
     ctx->stats.puts++;
     h->hstats.puts++;
@@ -1176,6 +1212,8 @@ int dchan_handle_release(dchan_handle_t *h)
             if (rc != DCHAN_ERR_TIMEOUT)
                 rc = DCHAN_SUCCESS; /* an error already reported on the handle */
         }
+        if (h->on_look)
+            look_remove(ctx, h);
         if (h->credit)
             h->prov->ops->credit_close(h);
         h->prov->ops->send_close(h);

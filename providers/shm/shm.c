@@ -65,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -116,6 +117,7 @@ struct shm_peer {
     uint64_t *credit; /* the peer's credit area in our mapping: our row is ours to write */
     uint64_t head_seen; /* the peer's ring_head as last read */
     int efd;            /* its wake-up eventfd (our copy), or -1 */
+    bool fenceless;     /* puts to it make no fence: see wake_peer */
 };
 
 /* Free and used extents of the own segment's data area, sorted. */
@@ -202,6 +204,47 @@ static int shm_probe(struct dchan_probe *out)
 }
 
 /* ---- open, connect, close ------------------------------------------------------------ */
+
+/*
+ * The wake-up race is Dekker's: a sender stores (an arrival, a credit),
+ * then loads the receiver's "asleep"; a receiver going to sleep stores
+ * "asleep", then loads what senders store. Each side needs a full fence
+ * between its store and its load, and on the sender's side that fence is
+ * on every put, where it stalls the sender until the put's stores left
+ * its store buffer (the line of a credit word the peer reads, for one).
+ * Where the kernel offers MEMBARRIER_CMD_GLOBAL_EXPEDITED, senders that
+ * registered for it make no fence: the rank going to sleep, which is the
+ * rare side, makes one for them with membarrier(2), a barrier on every
+ * thread of every registered process (an interrupt to the cores running
+ * one) that orders a sender's store before its load of "asleep" or lets
+ * that load see the flag.
+ *   shm_membarrier_avail: the command exists (query once per process);
+ *   shm_fenceless: this process registered, its senders skip the fence.
+ * The sleeper calls membarrier whenever the command exists, whatever its
+ * own registration, as any peer may have registered.
+ */
+static int shm_membarrier_avail = -1; /* -1: not asked yet */
+static int shm_fenceless;
+
+static long membarrier(int cmd)
+{
+    return syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+static void shm_membarrier_init(int want)
+{
+    if (__atomic_load_n(&shm_membarrier_avail, __ATOMIC_ACQUIRE) < 0) {
+        long q = membarrier(MEMBARRIER_CMD_QUERY);
+        int avail = q > 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+                    (q & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
+        __atomic_store_n(&shm_membarrier_avail, avail, __ATOMIC_RELEASE);
+    }
+    /* Registration is for the process and for good: a later context that
+     * asks for fences only keeps them for itself (see wake_peer). */
+    if (want && shm_membarrier_avail && !__atomic_load_n(&shm_fenceless, __ATOMIC_ACQUIRE) &&
+        membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0)
+        __atomic_store_n(&shm_fenceless, 1, __ATOMIC_RELEASE);
+}
 
 static int shm_open_(struct dchan_prov *p)
 {
@@ -291,11 +334,14 @@ static int shm_open_(struct dchan_prov *p)
 
     s->addr = (struct shm_addr){dchan_ctx_job_key(ctx), (uint64_t)(uintptr_t)s->base, size,
                                 data_off, (int32_t)getpid(), s->fd, s->efd};
+    shm_membarrier_init(pv->SHM_MEMBARRIER != 0);
+    bool fenceless = pv->SHM_MEMBARRIER && __atomic_load_n(&shm_fenceless, __ATOMIC_ACQUIRE);
     s->peers[dchan_ctx_rank(ctx)] = (struct shm_peer){.base = s->base, .size = size,
                                                      .pid = getpid(), .ring = ring,
                                                      .ring_mask = slots - 1,
                                                      .data_off = data_off,
-                                                     .credit = s->credit, .efd = s->efd};
+                                                     .credit = s->credit, .efd = s->efd,
+                                                     .fenceless = fenceless};
     p->state = s;
     p->addr = &s->addr;
     p->addr_len = sizeof s->addr;
@@ -415,7 +461,8 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
                                     .ring = (struct shm_slot *)(base + ring_off),
                                     .ring_mask = slots - 1, .data_off = data_off,
                                     .credit = (uint64_t *)(base + a->credit_off),
-                                    .efd = take_fd(a->pid, a->efd)};
+                                    .efd = take_fd(a->pid, a->efd),
+                                    .fenceless = s->peers[dchan_ctx_rank(p->ctx)].fenceless};
     if (s->peers[r].efd < 0) {
         /* That rank cannot be woken by us: its dchan_wakeup_fd says so. */
         dchan_info(ctx, "shm", "cannot take rank %d's wake-up eventfd (pidfd_getfd): %s", r,
@@ -465,8 +512,9 @@ static int shm_connect(struct dchan_prov *p, const void *addrs, size_t len)
     if (rc == DCHAN_SUCCESS)
         snprintf(p->desc, sizeof p->desc,
                  "memfd segment %zu MiB, ring %lu records, %d peer%s on this host, Cross Memory "
-                 "Attach",
-                 s->size >> 20, (unsigned long)(s->rx.mask + 1), nlocal, nlocal == 1 ? "" : "s");
+                 "Attach, %s",
+                 s->size >> 20, (unsigned long)(s->rx.mask + 1), nlocal, nlocal == 1 ? "" : "s",
+                 s->peers[me].fenceless ? "puts without fences (membarrier)" : "fenced puts");
     return rc;
 }
 
@@ -882,12 +930,15 @@ static void __attribute__((noinline, cold)) wake_signal(struct shm_peer *pr)
     }
 }
 
-/* After the store that signals an arrival or a credit (Dekker with the
- * sleeper's wake_arm: flag, fence, look): an awake receiver costs a fence
- * and a load of a line it does not write, no system call. */
+/* After the store that signals an arrival or a credit: an awake receiver
+ * costs a load of a line it does not write, no system call, and no fence
+ * where membarrier serves (above). */
 static inline void wake_peer(struct shm_peer *pr)
 {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (pr->fenceless)
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the compiler keeps the order */
+    else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__builtin_expect(__atomic_load_n(&((struct shm_hdr *)pr->base)->asleep, __ATOMIC_RELAXED),
                          0))
         wake_signal(pr);
@@ -914,6 +965,13 @@ static int shm_wake_arm(struct dchan_prov *p)
         ;
     __atomic_store_n(&s->hdr->asleep, 1, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* The fence of peers that make none (above). It cannot fail once the
+     * query offered it; if it did, stay awake rather than miss a put. */
+    if (shm_membarrier_avail > 0 && membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0) {
+        dchan_debug(p->ctx, "shm", "membarrier: %s", strerror(errno));
+        __atomic_store_n(&s->hdr->asleep, 0, __ATOMIC_RELAXED);
+        return DCHAN_ERR_AGAIN;
+    }
     /* SENTINEL and FLAG words and credit words: the core looks after this. */
     if (ring_ready(&s->rx)) {
         __atomic_store_n(&s->hdr->asleep, 0, __ATOMIC_RELAXED);
