@@ -105,6 +105,7 @@ struct dchan_handle {
     bool in_place;                 /* sender: dchan_put_ptr gave the mapped slot of the next put */
     bool cwant;                    /* sender: a put or dchan_credits found no credit (wake-up) */
     bool on_look;                  /* sender: on ctx->look_head (its credit is looked for) */
+    bool gwant;                    /* getter: dchan_get found no new version (wake-up) */
     dchan_handle_t *look_next;
     /* sender: dchan_set_completion (lib/strided.c): a callback per put
      * completed locally; n_done - n_cdone of them are due (on the fire list) */
@@ -220,6 +221,7 @@ struct dchan_ctx {
     int wake_epfd, wake_efd; /* -1 until dchan_wakeup_fd */
     bool wake_armed;
     bool cwant; /* some send handle has cwant set: dchan_wakeup_arm looks at them */
+    bool gwant; /* some getter has gwant set: likewise */
     int asleep;
     pthread_t wake_thread; /* the thread that armed: only its progress disarms */
     dchan_ctx_t *reg_next; /* live contexts (dchan_ctx_registered) */
@@ -288,6 +290,9 @@ bool dchan_ctx_registered(const dchan_ctx_t *ctx);
 /* Credited send handles that found no credit and have some now (lib/handle.c). */
 bool dchan_credit_returned(dchan_ctx_t *ctx);
 void dchan_credit_look(dchan_ctx_t *ctx);
+/* Getters that found no new version and have one now, or lost their
+ * source (lib/get.c). */
+bool dchan_get_published(dchan_ctx_t *ctx);
 
 /* lib/memory.c */
 void dchan_core_mem_init(dchan_ctx_t *ctx);

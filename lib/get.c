@@ -288,8 +288,10 @@ DCHAN_API int dchan_get(dchan_handle_t *h)
     }
     if ((uint32_t)v == h->n_got) {
         rc = DCHAN_ERR_AGAIN; /* this version was taken: wait for the next */
+        h->gwant = ctx->gwant = true; /* whose publication is worth a wake-up */
         goto out;
     }
+    h->gwant = false;
     h->inflight = true;
     rc = h->prov->ops->get->get(h);
     if (rc == DCHAN_PROV_PUT_DONE) {
@@ -304,6 +306,28 @@ DCHAN_API int dchan_get(dchan_handle_t *h)
 out:
     dchan_ctx_unlock(ctx);
     return rc;
+}
+
+/* O(handles) only while some getter waits for a version. */
+bool dchan_get_published(dchan_ctx_t *ctx)
+{
+    bool any = false, waiting = false;
+    if (!ctx->gwant)
+        return false;
+    for (dchan_handle_t *h = ctx->all_head; h; h = h->all_next) {
+        if (!h->gwant)
+            continue;
+        uint64_t v = 0;
+        if (h->error || h->prov->ops->get->get_peek(h, &v) != DCHAN_SUCCESS ||
+            (uint32_t)(v >> 32) != h->gen || (uint32_t)v != h->n_got) {
+            h->gwant = false; /* reported once: dchan_get tells which */
+            any = true;
+        } else {
+            waiting = true;
+        }
+    }
+    ctx->gwant = waiting;
+    return any;
 }
 
 /* ---- both ------------------------------------------------------------------------ */

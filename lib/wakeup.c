@@ -187,7 +187,8 @@ DCHAN_API int dchan_wakeup_arm(dchan_ctx_t *ctx)
         dchan_scan_pollq(ctx);
         if (ctx->srcq_head)
             dchan_get_scan(ctx); /* sources whose version was taken meanwhile */
-        if (ctx->fire_head || ctx->errq_head || ctx->credq_head || dchan_credit_returned(ctx))
+        if (ctx->fire_head || ctx->errq_head || ctx->credq_head || dchan_credit_returned(ctx) ||
+            dchan_get_published(ctx))
             rc = DCHAN_ERR_AGAIN;
     }
     if (rc == DCHAN_SUCCESS) {

@@ -1116,7 +1116,9 @@ static void shm_src_close(dchan_handle_t *h)
 
 static int shm_src_publish(dchan_handle_t *h)
 {
-    return DCHAN_SUCCESS; /* the getter reads the word where it lies */
+    /* The getter reads the word where it lies; one asleep must wake. */
+    wake_peer(&st(dchan_h_prov(h))->peers[dchan_h_peer(h)]);
+    return DCHAN_SUCCESS;
 }
 
 static int shm_get_open(dchan_handle_t *h, const unsigned char *wf)

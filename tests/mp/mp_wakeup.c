@@ -17,6 +17,10 @@
  *                    thread), while B is busy on a channel to itself.
  *   --test credit    A sends on a credited channel of depth 1 and sleeps
  *                    until B, after a random delay, returns the credit.
+ *   --test get       B owns a source that A gets: A sleeps until B, after a
+ *                    random delay, publishes the next version (dchan_ready
+ *                    on the source), and B sleeps until A took it (its
+ *                    done_fn); every byte of every version checked.
  *   --test death     B is killed (SIGKILL) while A sleeps: A must wake and
  *                    get DCHAN_ERR_PEER through error_fn (tests/mprun runs
  *                    it under --enable-recovery, as peer-death*).
@@ -42,13 +46,15 @@
 
 #define SLEEP_MS 10000 /* a sleep longer than this is a lost wake-up */
 
-enum { T_PINGPONG, T_CREDIT, T_DEATH };
+enum { T_PINGPONG, T_CREDIT, T_DEATH, T_GET };
 
 struct side {
     int id; /* 0: A, 1: B */
     dchan_handle_t *rh, *sh;
+    dchan_handle_t *src, *gh; /* --test get: B's source, A's getter */
     unsigned char *rbuf, *sbuf;
-    volatile long got; /* arrivals on rh */
+    volatile long got; /* arrivals on rh (or gh) */
+    volatile long taken; /* --test get: done_fn calls on src */
     long sleeps;       /* polls that returned readable after a successful arm */
     unsigned rnd;
 };
@@ -95,6 +101,15 @@ static void on_arrival(dchan_handle_t *h, void *arg)
         if (write(app_efd, &one, sizeof one) < 0)
             die("eventfd write: %s", strerror(errno));
     }
+}
+
+/* The source's done_fn: A took the version, B may write the next. */
+static void on_taken(dchan_handle_t *h, void *arg)
+{
+    struct side *s = arg;
+    if (h != s->src)
+        die("done_fn got another handle");
+    s->taken++;
 }
 
 static unsigned next_rand(struct side *s)
@@ -186,6 +201,24 @@ static int credit_done(void *a)
     return c > 0;
 }
 
+/* A: the get of version want-1 started, if it is published, and landed. */
+static int version_done(void *a)
+{
+    struct got_arg *g = a;
+    if (g->s->got >= g->want)
+        return 1;
+    int rc = dchan_get(g->s->gh);
+    if (rc != DCHAN_ERR_AGAIN)
+        CHECK(rc);
+    return g->s->got >= g->want;
+}
+
+static int taken_done(void *a)
+{
+    struct got_arg *g = a;
+    return g->s->taken >= g->want;
+}
+
 static int error_done(void *a)
 {
     return errors > 0;
@@ -222,6 +255,15 @@ static void make_channels(int credit)
         s->rnd = 777u + 31u * (unsigned)i;
         s->rbuf = buf_alloc(size);
         s->sbuf = buf_alloc(size);
+        if (test == T_GET) {
+            if (i == 1) {
+                /* Version 0, published at creation. */
+                fill(s->sbuf, size, 1, 0, 0);
+                CHECK(dchan_create_source(ctx, peer_rank(), s->sbuf, size, on_taken, s, &s->src));
+                CHECK(dchan_handle_export(s->src, &w[i]));
+            }
+            continue;
+        }
         /* test credit: only B receives (A -> B); pingpong: both */
         if (test == T_CREDIT && i == 0)
             continue;
@@ -237,6 +279,11 @@ static void make_channels(int credit)
     }
     for (int i = lo; i <= hi; i++) {
         struct side *s = &sides[i];
+        if (test == T_GET) {
+            if (i == 0)
+                CHECK(dchan_assoc_remote(ctx, &all[1], s->rbuf, size, on_arrival, s, &s->gh));
+            continue;
+        }
         if (test == T_CREDIT && i == 1)
             continue;
         CHECK(dchan_assoc_local(ctx, &all[1 - i], s->sbuf, size, &s->sh));
@@ -251,6 +298,10 @@ static void destroy_channels(void)
             CHECK(dchan_handle_destroy(s->rh));
         if (s->sh)
             CHECK(dchan_handle_destroy(s->sh));
+        if (s->gh)
+            CHECK(dchan_handle_destroy(s->gh));
+        if (s->src)
+            CHECK(dchan_handle_destroy(s->src));
         if (s->rbuf)
             buf_free(s->rbuf);
         if (s->sbuf)
@@ -363,6 +414,33 @@ static void credit_b(void)
     }
 }
 
+static void get_a(void)
+{
+    struct side *s = &sides[0];
+    for (long i = 0; i < cycles; i++) {
+        struct got_arg g = {s, i + 1};
+        sleep_until(s, version_done, &g, "a published version", i);
+        verify(s->rbuf, size, 1, 0, i);
+    }
+}
+
+static void get_b(void)
+{
+    struct side *s = &sides[1];
+    for (long i = 0; i < cycles; i++) {
+        struct got_arg g = {s, i + 1};
+        if (threaded)
+            spin_until(taken_done, &g);
+        else
+            sleep_until(s, taken_done, &g, "the version taken", i);
+        if (i + 1 == cycles)
+            break;
+        random_delay(s, i);
+        fill(s->sbuf, size, 1, 0, i + 1);
+        CHECK(dchan_ready(s->src));
+    }
+}
+
 static double thread_cpu_s(void)
 {
     struct rusage ru;
@@ -426,6 +504,8 @@ static void *thread_b(void *arg)
 {
     if (test == T_CREDIT)
         credit_b();
+    else if (test == T_GET)
+        get_b();
     else
         pingpong_b();
     return NULL;
@@ -450,6 +530,7 @@ int main(int argc, char **argv)
         case 't':
             test = strcmp(optarg, "credit") == 0  ? T_CREDIT
                    : strcmp(optarg, "death") == 0 ? T_DEATH
+                   : strcmp(optarg, "get") == 0   ? T_GET
                                                   : T_PINGPONG;
             break;
         case 'n':
@@ -459,7 +540,7 @@ int main(int argc, char **argv)
             size = (size_t)atol(optarg);
             break;
         default:
-            die("usage: mp_wakeup [--test pingpong|credit|death] [--cycles N] [--size B]");
+            die("usage: mp_wakeup [--test pingpong|credit|get|death] [--cycles N] [--size B]");
         }
     }
 #ifdef USE_MPI
@@ -519,12 +600,12 @@ int main(int argc, char **argv)
     if (threaded && pthread_create(&th, NULL, thread_b, NULL) != 0)
         die("pthread_create");
     if (me == 0)
-        (test == T_CREDIT ? credit_a : pingpong_a)();
+        (test == T_CREDIT ? credit_a : test == T_GET ? get_a : pingpong_a)();
     else if (!threaded)
-        (test == T_CREDIT ? credit_b : pingpong_b)();
+        (test == T_CREDIT ? credit_b : test == T_GET ? get_b : pingpong_b)();
     if (threaded)
         pthread_join(th, NULL);
-    if (!cb_checked && (threaded || test != T_CREDIT || me == 1))
+    if (!cb_checked && (threaded || (test != T_CREDIT && test != T_GET) || me == (test == T_GET ? 0 : 1)))
         die("no callback ran"); /* the checks inside it did not run */
     struct side *sl = &sides[threaded ? 0 : me];
     /* A few cycles wait 50 ms before the put: A slept through them. */
@@ -546,12 +627,15 @@ int main(int argc, char **argv)
             die("asleep %.3f s on the descriptor cost %.1f ms of CPU (%ld wake-ups): over 1 %%",
                 wall, cpu * 1e3, wakes);
     }
-    int det = sides[0].rh ? dchan_handle_detect(sides[0].rh) : dchan_handle_detect(sides[0].sh);
+    int det = sides[0].rh   ? dchan_handle_detect(sides[0].rh)
+              : sides[0].sh ? dchan_handle_detect(sides[0].sh)
+                            : dchan_handle_detect(sides[0].gh);
     destroy_channels();
     if (me == 0)
         printf("RESULT test=wakeup-%s provider=%s detect=%d cycles=%ld size=%zu sleeps=%ld "
                "idle_cpu_ms=%.2f idle_wall_s=%.2f idle_wakes=%ld verified=yes\n",
-               test == T_CREDIT ? "credit" : "pingpong", dchan_provider_name(ctx),
+               test == T_CREDIT ? "credit" : test == T_GET ? "get" : "pingpong",
+               dchan_provider_name(ctx),
                det, cycles, size, sl->sleeps,
                cpu * 1e3, wall, wakes);
     CHECK(dchan_finalize(ctx));
