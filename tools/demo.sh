@@ -12,7 +12,9 @@
 # (OUTDIR defaults to BUILDDIR/demo). The last line is a RESULT line whose
 # ratio_dchan_over_msg is that of the most communication-bound row (the
 # largest msg comm share), next to worst_ratio, the table's largest.
-# DEMO_ROWS overrides the sweep: "GRID:BLOCKS:ITERS ...".
+# DEMO_ROWS overrides the sweep: "GRID:BLOCKS:ITERS ...". DEMO_FACES=pack
+# (or subarray) passes --faces to the dchan runs (default: jacobi3d's own,
+# subarray).
 set -e
 b=${1:?usage: tools/demo.sh BUILDDIR [OUTDIR]}
 out=${2:-$b/demo}
@@ -37,8 +39,10 @@ raw=$out/demo-runs.txt
 # TMPDIR per mpirun: Open MPI's session directories would race otherwise.
 run() {
     t=$(mktemp -d "${TMPDIR:-/tmp}/dchan-demo.XXXXXX")
+    faces=
+    [ "$1" = dchan ] && [ -n "${DEMO_FACES:-}" ] && faces="--faces $DEMO_FACES"
     line=$(TMPDIR=$t $mpirun -np 2 $bind "$b/apps/jacobi3d/jacobi3d" --grid "$2" --procs 2,1,1 \
-        --blocks "$3" --iters "$4" --mode "$1" $5 2>"$t/err" | tail -n 1) || true
+        --blocks "$3" --iters "$4" --mode "$1" $faces $5 2>"$t/err" | tail -n 1) || true
     case $line in
     RESULT*) ;;
     *) echo "demo: jacobi3d --mode $1 --grid $2 --blocks $3 failed:" >&2; cat "$t/err" >&2

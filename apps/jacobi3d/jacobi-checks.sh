@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 #
 # jacobi3d runs whose outcome is more than a zero exit status: bad --blocks
-# values must end the job with status 2 and say why on stderr, and
+# and --faces values must end the job with status 2 and say why on stderr, and
 # --mode none must run, exchange nothing and report itself unverified. The
 # runs are scenarios of apps/scenarios, started through tests/mprun. Run by
 # make check from the build directory.
@@ -41,6 +41,7 @@ must_fail() {
 
 must_fail jacobi-badblocks "jacobi3d: --blocks wants a positive integer"
 must_fail jacobi-nofit "jacobi3d: --blocks 13: no split of each rank's part"
+must_fail jacobi-badfaces "jacobi3d: --faces wants subarray or pack"
 
 run jacobi-none
 line=$(grep '^RESULT ' "$tmp/jacobi-none.out" | tail -n 1)

@@ -14,18 +14,28 @@
  * right after it. All modes run the same code except for the transport,
  * so that the comparison is fair:
  *   - faces are packed with the same code, straight into where the
- *     transport takes them from, and sent faces to other ranks first;
+ *     transport takes them from (but by dchan --faces subarray, which
+ *     packs nothing), and sent faces to other ranks first;
  *   - received faces land in per-face buffers that the sweep reads in place
  *     as ghost values: there is no unpack copy in either mode;
  *   - msg:   faces packed into pack buffers (two per face, used on alternate
  *            iterations), MPI_Isend of those (to this rank too), MPI_Irecv
  *            pre-posted one iteration ahead into two receive buffers per face;
- *   - dchan: one credited channel of depth 2 per face and neighbour block
- *            (a self channel when the neighbour is on this rank), created
- *            once; the sender packs its face straight into the neighbour's
- *            slot where the provider maps it (dchan_put_ptr), then one
- *            dchan_put; the sweep reads the face in the slot (dchan_slot),
- *            and dchan_ready hands the slot back. See run()'s comment;
+ *   - dchan: channels created once, one per face and neighbour block (a
+ *            self channel when the neighbour is on this rank), credited;
+ *            the sweep reads the face where it landed (dchan_slot), and
+ *            dchan_ready hands it back. Two ways to send (--faces):
+ *            subarray (the default): no packing at all. Each face's send
+ *            side is a plane of the block array itself
+ *            (dchan_assoc_local_subarray), which the library gathers at
+ *            each dchan_put (on shm a gathering copy straight into the
+ *            neighbour's slot). The block's values alternate between two
+ *            arrays (u and v), so each face has two channels of depth 1,
+ *            one bound to each array, used on alternate iterations;
+ *            pack: one channel of depth 2 per face; the sweep packs the
+ *            face straight into the neighbour's slot where the provider
+ *            maps it (dchan_put_ptr), else into the send buffer, then one
+ *            dchan_put. See run()'s comment;
  *   - none:  no exchange: neighbours' faces read zeros. The compute floor of
  *            the same decomposition; not verified.
  */
@@ -84,10 +94,14 @@ enum { XLO, XHI, YLO, YHI, ZLO, ZHI, NFACES };
  * each peer (DCHAN_CREDIT_WORDS); many blocks per rank need more. */
 #define CREDIT_WORDS_DEFAULT 256
 
+/* How dchan mode sends a face (--faces). */
+enum { FACES_SUBARRAY, FACES_PACK };
+
 struct options {
     int grid[3];
     int procs[3];   /* 0: let MPI_Dims_create choose */
     int blocks;     /* blocks per rank */
+    int faces;      /* FACES_SUBARRAY or FACES_PACK (dchan mode) */
     struct app_common c; /* --iters, --mode, --verify, --detect */
 };
 
@@ -114,15 +128,19 @@ struct block {
     size_t fsize[NFACES]; /* doubles in each face */
     int lo[3], hi[3];     /* interior box [lo, hi): the cells that read no exchanged face */
     double *u, *v;        /* this iteration's values and the next */
+    double *arr[2];       /* the two arrays u and v swap between: iteration it
+                           * reads arr[it & 1] and writes arr[(it + 1) & 1] */
     double *bface[NFACES];  /* fixed boundary values, where nb_rank[f] < 0 */
     /* msg: outgoing and incoming faces, [parity][face]; none: recv[0] zeros */
     double *pack[2][NFACES], *recv[2][NFACES];
-    /* dchan, per face with a neighbour block */
-    dchan_handle_t *rh[NFACES]; /* receive: neighbour across f -> slots[f] */
-    dchan_handle_t *sh[NFACES]; /* send: -> the neighbour's slots[opposite] */
-    double *slots[NFACES];      /* DEPTH slots of fsize[f] doubles each */
-    double *sbuf[NFACES];       /* send buffer, where dchan_put_ptr cannot give the slot */
-    int arrived[NFACES];        /* faces arrived on rh[f] since creation */
+    /* dchan, per face with a neighbour block, [channel][face]: pack uses
+     * channel 0 (depth DEPTH) for every iteration; subarray uses channel
+     * it & 1 (depth 1) for the faces of iteration it, sent from arr[it & 1] */
+    dchan_handle_t *rh[2][NFACES]; /* receive: neighbour across f -> slots[c][f] */
+    dchan_handle_t *sh[2][NFACES]; /* send: -> the neighbour's slots[c][opposite] */
+    double *slots[2][NFACES];      /* the receive buffers: DEPTH slots (pack) or one */
+    double *sbuf[NFACES];          /* pack: send buffer, where dchan_put_ptr cannot give the slot */
+    int arrived[2][NFACES];        /* faces arrived on rh[c][f] since creation */
 };
 
 /* This rank's blocks and the order in which it serves them. */
@@ -130,6 +148,8 @@ struct domain {
     struct layout L;
     int me;
     int mode;
+    int faces;                  /* FACES_SUBARRAY or FACES_PACK */
+    int nchan;                  /* dchan channels per face: 2 (subarray) or 1 (pack) */
     struct block *blk;          /* L.nlocal blocks */
     int *wait_order;            /* blocks by faces from other ranks, most first */
     MPI_Request *rreq[2], *sreq[2]; /* msg: [parity][block * NFACES + face] */
@@ -495,13 +515,29 @@ static void msg_send(struct domain *dm, int bi, int f, int it)
               &dm->sreq[p][bi * NFACES + f]);
 }
 
-/* Where to pack the next face on send channel sh: the neighbour's slot
- * itself where it is mapped here (shm with the slots from dchan_alloc, or
- * self; never under SENTINEL detection, whose tail written in place would
- * announce the face early), else sh's send buffer, which dchan_put then
- * copies into the slot. Without credit (the neighbour has not handed the
- * slot back yet) this drives progress until the credit comes; see run()'s
- * comment. */
+/* One more round of a wait loop on the neighbours (credit, a put's local
+ * completion): progress, and after a while give the core away (with more
+ * ranks than cores, the neighbour we wait for needs it), until the
+ * timeout. *spins and *deadline start at 0. */
+static void wait_round(dchan_ctx_t *ctx, unsigned *spins, double *deadline, const char *what)
+{
+    check_progress(dchan_progress(ctx), what);
+    if (++*spins < 64)
+        return;
+    if (*spins == 64)
+        *deadline = MPI_Wtime() + WAIT_TIMEOUT_MS / 1000.0;
+    else if (MPI_Wtime() > *deadline)
+        app_die(what);
+    sched_yield();
+}
+
+/* pack: where to pack the next face on send channel sh: the neighbour's
+ * slot itself where it is mapped here (shm with the slots from
+ * dchan_alloc, or self; never under SENTINEL detection, whose tail written
+ * in place would announce the face early), else sh's send buffer, which
+ * dchan_put then copies into the slot. Without credit (the neighbour has
+ * not handed the slot back yet) this drives progress until the credit
+ * comes; see run()'s comment. */
 static double *face_target(dchan_ctx_t *ctx, dchan_handle_t *sh)
 {
     double deadline = 0.0;
@@ -509,26 +545,41 @@ static double *face_target(dchan_ctx_t *ctx, dchan_handle_t *sh)
     void *p;
     int rc;
 
-    while ((rc = dchan_put_ptr(sh, &p)) == DCHAN_ERR_AGAIN) {
-        check_progress(dchan_progress(ctx), "waiting for credit");
-        if (++spins < 64)
-            continue;
-        /* Then give the core away: with more ranks than cores, the
-         * neighbour that owes the credit needs it. */
-        if (spins == 64)
-            deadline = MPI_Wtime() + WAIT_TIMEOUT_MS / 1000.0;
-        else if (MPI_Wtime() > deadline)
-            app_die("waiting for credit: a neighbour did not hand back its slot");
-        sched_yield();
-    }
+    while ((rc = dchan_put_ptr(sh, &p)) == DCHAN_ERR_AGAIN)
+        wait_round(ctx, &spins, &deadline,
+                   "waiting for credit: a neighbour did not hand back its slot");
     if (rc != DCHAN_SUCCESS)
         app_die_dchan("dchan_put_ptr", rc);
     return p;
 }
 
+/* subarray: block bi's sweep is about to write arr[c] again, whose face
+ * planes the puts on channel c read (the faces of two iterations ago):
+ * wait until each of them completed locally. They almost always have:
+ * see run()'s comment. */
+static void sends_reusable(dchan_ctx_t *ctx, struct domain *dm, int bi, int c)
+{
+    struct block *b = &dm->blk[bi];
+
+    for (int f = 0; f < NFACES; f++) {
+        double deadline = 0.0;
+        unsigned spins = 0;
+        int rc;
+
+        if (!b->sh[c][f])
+            continue;
+        while ((rc = dchan_put_test(b->sh[c][f])) == 0)
+            wait_round(ctx, &spins, &deadline,
+                       "waiting for a face's put to complete locally");
+        if (rc < 0)
+            app_die_dchan("dchan_put_test", rc);
+    }
+}
+
 /* Where block bi packs its faces of iteration it (all faces with a
  * neighbour): msg's pack[it & 1], once the sends of iteration it-2 from
- * there are done; dchan's face_target. */
+ * there are done; dchan pack's face_target; nowhere for dchan subarray
+ * (out all NULL: the puts read the block array itself). */
 static void pack_targets(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
                          double *out[NFACES])
 {
@@ -542,17 +593,46 @@ static void pack_targets(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
             out[f] = NULL;
         else if (dm->mode == MODE_MSG)
             out[f] = b->pack[p][f];
+        else if (dm->faces == FACES_PACK)
+            out[f] = face_target(ctx, b->sh[0][f]);
         else
-            out[f] = face_target(ctx, b->sh[f]);
+            out[f] = NULL;
     }
 }
 
-/* Sends what block bi packed for iteration it, faces to other ranks first
- * (theirs is the longer way). */
-static void send_faces(struct domain *dm, int bi, int it)
+/* The channel that carries the faces of iteration it, and how many faces
+ * it carried before them. */
+static int chan_of(const struct domain *dm, int it)
+{
+    return dm->faces == FACES_PACK ? 0 : it & 1;
+}
+
+static int before_on_chan(const struct domain *dm, int it)
+{
+    return dm->faces == FACES_PACK ? it : it >> 1;
+}
+
+/* dchan_put, waiting for credit where there is none yet (subarray: the
+ * credit is taken by the put itself; pack took it in face_target). */
+static void put_face(dchan_ctx_t *ctx, dchan_handle_t *sh)
+{
+    double deadline = 0.0;
+    unsigned spins = 0;
+    int rc;
+
+    while ((rc = dchan_put(sh)) == DCHAN_ERR_AGAIN)
+        wait_round(ctx, &spins, &deadline,
+                   "waiting for credit: a neighbour did not hand back its slot");
+    if (rc != DCHAN_SUCCESS)
+        app_die_dchan("dchan_put", rc);
+}
+
+/* Sends block bi's faces of iteration it (packed, or in arr[it & 1] for
+ * subarray), faces to other ranks first (theirs is the longer way). */
+static void send_faces(dchan_ctx_t *ctx, struct domain *dm, int bi, int it)
 {
     struct block *b = &dm->blk[bi];
-    int rc;
+    const int c = chan_of(dm, it);
 
     for (int pass = 0; pass < 2; pass++)
         for (int f = 0; f < NFACES; f++) {
@@ -560,17 +640,19 @@ static void send_faces(struct domain *dm, int bi, int it)
                 continue;
             if (dm->mode == MODE_MSG)
                 msg_send(dm, bi, f, it);
-            else if ((rc = dchan_put(b->sh[f])) != DCHAN_SUCCESS)
-                app_die_dchan("dchan_put", rc);
+            else
+                put_face(ctx, b->sh[c][f]);
         }
 }
 
 /* Whether a face of iteration it (counted from 0 since the channels were
  * created) is still missing on block b. */
-static int faces_missing(const struct block *b, int it)
+static int faces_missing(const struct domain *dm, const struct block *b, int it)
 {
+    const int c = chan_of(dm, it), n = before_on_chan(dm, it);
+
     for (int f = 0; f < NFACES; f++)
-        if (b->rh[f] && b->arrived[f] <= it)
+        if (b->rh[c][f] && b->arrived[c][f] <= n)
             return 1;
     return 0;
 }
@@ -592,16 +674,17 @@ static void wait_faces(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
     case MODE_DCHAN:
         /* Callbacks (app_count_arrival) run only inside our dchan_wait and
          * dchan_progress calls. */
-        while (faces_missing(b, it))
+        while (faces_missing(dm, b, it))
             check_progress(dchan_wait(ctx, WAIT_TIMEOUT_MS), "waiting for neighbour faces");
         for (int f = 0; f < NFACES; f++) {
+            dchan_handle_t *rh = b->rh[chan_of(dm, it)][f];
             void *slot;
 
-            if (!b->rh[f]) {
+            if (!rh) {
                 face[f] = b->bface[f];
                 continue;
             }
-            if ((rc = dchan_slot(b->rh[f], &slot)) != DCHAN_SUCCESS)
+            if ((rc = dchan_slot(rh, &slot)) != DCHAN_SUCCESS)
                 app_die_dchan("dchan_slot", rc);
             face[f] = slot;
         }
@@ -613,13 +696,14 @@ static void wait_faces(dchan_ctx_t *ctx, struct domain *dm, int bi, int it,
     }
 }
 
-/* dchan: block bi is done with the slots of this iteration: hand them back. */
-static void release_faces(struct domain *dm, int bi)
+/* dchan: block bi is done with the slots of iteration it: hand them back. */
+static void release_faces(struct domain *dm, int bi, int it)
 {
+    const int c = chan_of(dm, it);
     int rc;
 
     for (int f = 0; f < NFACES; f++)
-        if (dm->blk[bi].rh[f] && (rc = dchan_ready(dm->blk[bi].rh[f])) != DCHAN_SUCCESS)
+        if (dm->blk[bi].rh[c][f] && (rc = dchan_ready(dm->blk[bi].rh[c][f])) != DCHAN_SUCCESS)
             app_die_dchan("dchan_ready", rc);
 }
 
@@ -633,8 +717,9 @@ static void release_faces(struct domain *dm, int bi)
  * in the boundary sweep (they are next to an exchanged face). So the
  * boundary sweep of iteration it-1 packs them as it computes them
  * (sweep_box's out), and the block sends them right after its sweep; only
- * iteration 0 packs the initial values with pack_face. In iteration it a
- * rank
+ * iteration 0 packs the initial values with pack_face. (dchan subarray
+ * packs nothing: the puts gather the planes from the block array.) In
+ * iteration it a rank
  *   - (msg) posts the receives of iteration it+1;
  *   - sweeps the interior of every block, which reads no exchanged face,
  *     while the faces of iteration it are in flight;
@@ -643,7 +728,8 @@ static void release_faces(struct domain *dm, int bi)
  *       waits for the block's faces of iteration it and finds where to
  *       pack its faces of iteration it+1: msg's pack buffer of that
  *       parity; dchan_put_ptr's target, the neighbour block's slot itself
- *       where it is mapped here, else the send buffer;
+ *       where it is mapped here, else the send buffer; (dchan subarray)
+ *       makes sure the array the sweep writes is no longer read by a put;
  *       sweeps the block's boundary layer, packing;
  *       (dchan) hands the block's slots back (dchan_ready);
  *       sends: MPI_Isend, or dchan_put.
@@ -663,6 +749,29 @@ static void release_faces(struct domain *dm, int bi)
  * Per-face arrival counts tell iterations apart: a neighbour may already
  * have put its face of iteration it+1 into the other slot, while another's
  * face of iteration it is still on the way.
+ *
+ * dchan subarray: a send handle is bound to one array for good, and the
+ * faces of iteration it are planes of arr[it & 1] (u in iteration it), so
+ * each face has two channels of depth 1, channel c bound to arr[c] and
+ * carrying the faces of the iterations of parity c; the same credit
+ * argument holds per channel (the put of iteration it+2 on channel c
+ * follows the neighbour's release of iteration it on it). Such a put reads
+ * the array itself, on providers that complete it asynchronously (mpi:
+ * an MPI_Isend of a datatype over the plane) after dchan_put returned, so
+ * nothing may write those planes before the put completed locally. The
+ * faces of iteration it+1, put from arr[(it+1) & 1] at the end of
+ * iteration it, are read by iteration it+1's sweep (reading is harmless)
+ * and next written by iteration it+2, which writes arr[(it+1) & 1] again:
+ *   - its interior sweep writes no face plane (every sent plane lies next
+ *     to an exchanged face, outside the interior box), so it overlaps the
+ *     puts still in flight;
+ *   - its boundary sweep of a block comes after the block's faces of
+ *     iteration it+2 arrived; the neighbour sent each of them after it
+ *     had received this block's face of iteration it+1 (the put in
+ *     question), so that put has long landed, and sends_reusable's
+ *     dchan_put_test, which makes it certain, costs one look per face.
+ * The initial values (iteration 0's faces, put from arr[0]) are written
+ * first by iteration 1, under the same rule.
  */
 static double run(dchan_ctx_t *ctx, struct domain *dm, int first, int end, int iters)
 {
@@ -686,7 +795,7 @@ static double run(dchan_ctx_t *ctx, struct domain *dm, int first, int end, int i
                 for (int f = 0; f < NFACES; f++)
                     if (out[f])
                         pack_face(&dm->blk[bi], dm->blk[bi].u, f, out[f]);
-                send_faces(dm, bi, 0);
+                send_faces(ctx, dm, bi, 0);
             }
         if (dm->mode != MODE_NONE)
             dm->comm += ticks() - t;
@@ -706,13 +815,16 @@ static double run(dchan_ctx_t *ctx, struct domain *dm, int first, int end, int i
             wait_faces(ctx, dm, bi, it, face);
             if (more)
                 pack_targets(ctx, dm, bi, it + 1, out);
+            /* Also when nothing more is sent: the sweep writes the array. */
+            if (dm->mode == MODE_DCHAN && dm->faces == FACES_SUBARRAY)
+                sends_reusable(ctx, dm, bi, (it + 1) & 1);
             dm->comm += ticks() - t;
             sweep_boundary(&dm->blk[bi], face, more ? out : NULL);
             t = ticks();
             if (dm->mode == MODE_DCHAN)
-                release_faces(dm, bi);
+                release_faces(dm, bi, it);
             if (more)
-                send_faces(dm, bi, it + 1);
+                send_faces(ctx, dm, bi, it + 1);
             dm->comm += ticks() - t;
         }
         if (it == iters - 1)
@@ -739,7 +851,8 @@ static int most_channels_from_one_peer(const struct domain *dm, int nranks)
         app_die("out of memory");
     for (int bi = 0; bi < dm->L.nlocal; bi++)
         for (int f = 0; f < NFACES; f++)
-            if (dm->blk[bi].nb_rank[f] >= 0 && ++count[dm->blk[bi].nb_rank[f]] > most)
+            if (dm->blk[bi].nb_rank[f] >= 0 &&
+                (count[dm->blk[bi].nb_rank[f]] += dm->nchan) > most)
                 most = count[dm->blk[bi].nb_rank[f]];
     free(count);
     return most;
@@ -754,10 +867,27 @@ static dchan_ctx_t *face_ctx(dchan_ctx_t *ctx, const struct domain *dm, const st
     return b->nb_rank[f] == dm->me ? NULL : ctx;
 }
 
-/* Creates the channels and their buffers. Wires travel by MPI, once. */
+/* subarray: the plane of the block array next to face f, as a subarray
+ * in C order: the message is in pack_face's layout ([j][k], [i][k],
+ * [i][j]), the layout of the neighbour's opposite face. */
+static void face_subarray(const struct block *b, int f, size_t sizes[3], size_t sub[3],
+                          size_t starts[3])
+{
+    const int d = f / 2;
+
+    for (int e = 0; e < 3; e++) {
+        sizes[e] = sub[e] = (size_t)b->n[e];
+        starts[e] = 0;
+    }
+    sub[d] = 1;
+    starts[d] = f & 1 ? (size_t)b->n[d] - 1 : 0;
+}
+
+/* Creates the channels and their buffers. Wires travel by MPI, once: one
+ * message per face, holding its nchan wires. */
 static void setup_channels(dchan_ctx_t *ctx, struct domain *dm)
 {
-    const int n = dm->L.nlocal * NFACES;
+    const int nc = dm->nchan, n = dm->L.nlocal * NFACES * nc;
     dchan_wire_t *mine = malloc(n * sizeof *mine), *theirs = malloc(n * sizeof *theirs);
     MPI_Request *req = malloc(2 * n * sizeof *req);
     dchan_handle_attr_t hattr;
@@ -767,36 +897,42 @@ static void setup_channels(dchan_ctx_t *ctx, struct domain *dm)
         app_die("out of memory");
     dchan_handle_attr_init(&hattr);
     hattr.credit = 1;
-    hattr.depth = DEPTH;
+    /* subarray: one channel per array, each one slot deep (see run()). */
+    hattr.depth = dm->faces == FACES_PACK ? DEPTH : 1;
     for (int bi = 0; bi < dm->L.nlocal; bi++) {
         struct block *b = &dm->blk[bi];
 
         for (int f = 0; f < NFACES; f++) {
-            const int x = bi * NFACES + f;
+            const int x = (bi * NFACES + f) * nc;
 
             if (b->nb_rank[f] < 0)
                 continue;
-            b->slots[f] = app_buf_alloc(face_ctx(ctx, dm, b, f), DEPTH * b->fsize[f]);
-            b->sbuf[f] = app_buf_alloc(face_ctx(ctx, dm, b, f), b->fsize[f]);
-            /* A neighbour on this rank makes it a self channel. */
-            rc = dchan_create_handle_attr(ctx, b->nb_rank[f], b->slots[f],
-                                          b->fsize[f] * sizeof(double), SENTINEL_OOB,
-                                          app_count_arrival, &b->arrived[f], &hattr, &b->rh[f]);
-            if (rc == DCHAN_ERR_UNSUPPORTED)
-                app_die("dchan_create_handle_attr: the provider serving a neighbour offers no "
-                        "credited channels (credit 1, depth 2), which dchan mode needs");
-            if (rc == DCHAN_ERR_NO_MEMORY)
-                app_die("dchan_create_handle_attr: out of credit words; raise "
-                        "DCHAN_CREDIT_WORDS to the channels a rank receives from one peer");
-            if (rc == DCHAN_SUCCESS)
-                rc = dchan_handle_export(b->rh[f], &mine[x]);
-            if (rc != DCHAN_SUCCESS)
-                app_die_dchan("dchan_create_handle_attr", rc);
-            MPI_Isend(&mine[x], sizeof mine[x], MPI_BYTE, b->nb_rank[f], face_tag(bi, f),
-                      MPI_COMM_WORLD, &req[nreq++]);
-            /* The wire of the neighbour's receive channel for the opposite
-             * face: this block's face f goes there. */
-            MPI_Irecv(&theirs[x], sizeof theirs[x], MPI_BYTE, b->nb_rank[f],
+            if (dm->faces == FACES_PACK)
+                b->sbuf[f] = app_buf_alloc(face_ctx(ctx, dm, b, f), b->fsize[f]);
+            for (int c = 0; c < nc; c++) {
+                b->slots[c][f] = app_buf_alloc(face_ctx(ctx, dm, b, f),
+                                               (size_t)hattr.depth * b->fsize[f]);
+                /* A neighbour on this rank makes it a self channel. */
+                rc = dchan_create_handle_attr(ctx, b->nb_rank[f], b->slots[c][f],
+                                              b->fsize[f] * sizeof(double), SENTINEL_OOB,
+                                              app_count_arrival, &b->arrived[c][f], &hattr,
+                                              &b->rh[c][f]);
+                if (rc == DCHAN_ERR_UNSUPPORTED)
+                    app_die("dchan_create_handle_attr: the provider serving a neighbour offers "
+                            "no credited channels, which dchan mode needs");
+                if (rc == DCHAN_ERR_NO_MEMORY)
+                    app_die("dchan_create_handle_attr: out of credit words; raise "
+                            "DCHAN_CREDIT_WORDS to the channels a rank receives from one peer");
+                if (rc == DCHAN_SUCCESS)
+                    rc = dchan_handle_export(b->rh[c][f], &mine[x + c]);
+                if (rc != DCHAN_SUCCESS)
+                    app_die_dchan("dchan_create_handle_attr", rc);
+            }
+            MPI_Isend(&mine[x], (int)(nc * sizeof *mine), MPI_BYTE, b->nb_rank[f],
+                      face_tag(bi, f), MPI_COMM_WORLD, &req[nreq++]);
+            /* The wires of the neighbour's receive channels for the
+             * opposite face: this block's face f goes there. */
+            MPI_Irecv(&theirs[x], (int)(nc * sizeof *theirs), MPI_BYTE, b->nb_rank[f],
                       face_tag(b->nb_idx[f], OPPOSITE(f)), MPI_COMM_WORLD, &req[nreq++]);
         }
     }
@@ -805,12 +941,26 @@ static void setup_channels(dchan_ctx_t *ctx, struct domain *dm)
         struct block *b = &dm->blk[bi];
 
         for (int f = 0; f < NFACES; f++) {
+            const int x = (bi * NFACES + f) * nc;
+
             if (b->nb_rank[f] < 0)
                 continue;
-            rc = dchan_assoc_local(ctx, &theirs[bi * NFACES + f], b->sbuf[f],
-                                   b->fsize[f] * sizeof(double), &b->sh[f]);
-            if (rc != DCHAN_SUCCESS)
-                app_die_dchan("dchan_assoc_local", rc);
+            if (dm->faces == FACES_PACK) {
+                rc = dchan_assoc_local(ctx, &theirs[x], b->sbuf[f],
+                                       b->fsize[f] * sizeof(double), &b->sh[0][f]);
+                if (rc != DCHAN_SUCCESS)
+                    app_die_dchan("dchan_assoc_local", rc);
+                continue;
+            }
+            size_t sizes[3], sub[3], starts[3];
+
+            face_subarray(b, f, sizes, sub, starts);
+            for (int c = 0; c < nc; c++) {
+                rc = dchan_assoc_local_subarray(ctx, &theirs[x + c], b->arr[c], 3, sizes, sub,
+                                                starts, sizeof(double), &b->sh[c][f]);
+                if (rc != DCHAN_SUCCESS)
+                    app_die_dchan("dchan_assoc_local_subarray", rc);
+            }
         }
     }
     free(req);
@@ -824,28 +974,31 @@ static void teardown_channels(dchan_ctx_t *ctx, struct domain *dm)
      * senders' local completion may lag; then no handle or buffer may go
      * while a neighbour could still touch it, hence the barrier. */
     for (int bi = 0; bi < dm->L.nlocal; bi++)
-        for (int f = 0; f < NFACES; f++)
-            if (dm->blk[bi].sh[f])
-                app_wait_put_done(dm->blk[bi].sh[f]);
+        for (int c = 0; c < dm->nchan; c++)
+            for (int f = 0; f < NFACES; f++)
+                if (dm->blk[bi].sh[c][f])
+                    app_wait_put_done(dm->blk[bi].sh[c][f]);
     MPI_Barrier(MPI_COMM_WORLD);
     for (int bi = 0; bi < dm->L.nlocal; bi++) {
         struct block *b = &dm->blk[bi];
 
         for (int f = 0; f < NFACES; f++) {
-            if (b->sh[f])
-                dchan_handle_destroy(b->sh[f]);
-            if (b->rh[f])
-                dchan_handle_destroy(b->rh[f]);
+            for (int c = 0; c < dm->nchan; c++) {
+                if (b->sh[c][f])
+                    dchan_handle_destroy(b->sh[c][f]);
+                if (b->rh[c][f])
+                    dchan_handle_destroy(b->rh[c][f]);
+                if (b->slots[c][f])
+                    app_buf_free(face_ctx(ctx, dm, b, f), b->slots[c][f]);
+            }
             if (b->sbuf[f])
                 app_buf_free(face_ctx(ctx, dm, b, f), b->sbuf[f]);
-            if (b->slots[f])
-                app_buf_free(face_ctx(ctx, dm, b, f), b->slots[f]);
         }
     }
 }
 
 /* This rank's blocks, their buffers (but dchan's), and the orders. */
-static void domain_init(struct domain *dm, const struct layout *L, int me, int mode)
+static void domain_init(struct domain *dm, const struct layout *L, int me, int mode, int faces)
 {
     const int nb = L->nlocal;
 
@@ -853,6 +1006,8 @@ static void domain_init(struct domain *dm, const struct layout *L, int me, int m
     dm->L = *L;
     dm->me = me;
     dm->mode = mode;
+    dm->faces = faces;
+    dm->nchan = faces == FACES_PACK ? 1 : 2;
     dm->blk = calloc(nb, sizeof *dm->blk);
     dm->wait_order = malloc(nb * sizeof *dm->wait_order);
     /* One array for both parities' sends: run() waits for all at once. */
@@ -891,6 +1046,8 @@ static void domain_init(struct domain *dm, const struct layout *L, int me, int m
         dm->blk[bi].v = app_xalloc(cells);
         memset(dm->blk[bi].u, 0, cells * sizeof(double));
         memset(dm->blk[bi].v, 0, cells * sizeof(double));
+        dm->blk[bi].arr[0] = dm->blk[bi].u;
+        dm->blk[bi].arr[1] = dm->blk[bi].v;
     }
     /* Blocks by faces from other ranks, most first, stable. */
     int w = 0;
@@ -1045,6 +1202,15 @@ static void usage(FILE *out)
             "                      face exchange: MPI_Isend/MPI_Irecv, dchan channels, or\n"
             "                      none at all (the compute floor; not verified)\n"
             "                      (default dchan)\n"
+            "  --faces subarray|pack\n"
+            "                      how dchan mode sends a face: subarray (default): no\n"
+            "                      packing, each face's send side is the plane of the block\n"
+            "                      array next to it (dchan_assoc_local_subarray), gathered\n"
+            "                      by the library at each put, two channels of depth 1 per\n"
+            "                      face (one per array of the u/v pair); pack: one channel\n"
+            "                      of depth 2 per face, the sweep packs the face straight\n"
+            "                      into the neighbour's slot where it is mapped here\n"
+            "                      (dchan_put_ptr), else into the send buffer\n"
             "  --verify            compare with a serial run on rank 0 (gathered grid); the\n"
             "                      results must agree exactly; exit 1 if they do not\n"
             "  --detect auto|sentinel|flag|event\n"
@@ -1069,11 +1235,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "iters", required_argument, NULL, 'i' }, { "mode", required_argument, NULL, 'm' },
         { "verify", no_argument, NULL, 'v' },      { "detect", required_argument, NULL, 'd' },
         { "blocks", required_argument, NULL, 'b' }, { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
+        { "faces", required_argument, NULL, 'f' }, { NULL, 0, NULL, 0 }
     };
     int c;
 
-    *o = (struct options){ .grid = { 64, 64, 64 }, .blocks = 1,
+    *o = (struct options){ .grid = { 64, 64, 64 }, .blocks = 1, .faces = FACES_SUBARRAY,
                            .c = { .iters = 100, .mode = MODE_DCHAN, .detect = -1,
                                   .none_ok = 1 } };
     opterr = 0;
@@ -1099,6 +1265,14 @@ static int parse_args(int argc, char **argv, struct options *o)
                 o->blocks = (int)v;
             break;
         }
+        case 'f':
+            if (!strcmp(optarg, "subarray"))
+                o->faces = FACES_SUBARRAY;
+            else if (!strcmp(optarg, "pack"))
+                o->faces = FACES_PACK;
+            else
+                bad = "--faces wants subarray or pack";
+            break;
         case 'h':
             if (app_rank == 0)
                 usage(stdout);
@@ -1196,7 +1370,7 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
 
-    domain_init(&dm, &L, app_rank, o.c.mode);
+    domain_init(&dm, &L, app_rank, o.c.mode, o.faces);
     if (o.c.mode == MODE_NONE)
         provider = "none";
     /* dchan mode: the context first; setup_channels() takes the faces'
@@ -1226,10 +1400,11 @@ int main(int argc, char **argv)
             for (int pass = 0; pass < 2 && d < 0; pass++)
                 for (int bi = 0; bi < L.nlocal && d < 0; bi++)
                     for (int f = 0; f < NFACES && d < 0; f++)
-                        if (dm.blk[bi].rh[f] && (pass || dm.blk[bi].nb_rank[f] != app_rank))
-                            d = dchan_handle_detect(dm.blk[bi].rh[f]);
-            snprintf(how, sizeof how, ", provider %s, detection %s", provider,
-                     d >= 0 ? app_detect_name(d) : "none (no neighbours)");
+                        if (dm.blk[bi].rh[0][f] && (pass || dm.blk[bi].nb_rank[f] != app_rank))
+                            d = dchan_handle_detect(dm.blk[bi].rh[0][f]);
+            snprintf(how, sizeof how, ", provider %s, detection %s, faces %s", provider,
+                     d >= 0 ? app_detect_name(d) : "none (no neighbours)",
+                     o.faces == FACES_PACK ? "packed" : "gathered from the block (subarray)");
         }
         if (o.blocks > 1)
             snprintf(blocks, sizeof blocks, ", %d blocks per rank (%d,%d,%d; %d,%d,%d in all)",
@@ -1276,11 +1451,14 @@ int main(int argc, char **argv)
                     maxdiff, ok ? "verified" : "NOT verified");
     }
     if (app_rank == 0) {
-        char blocks[32] = "";
-        /* blocks= only where it is not 1, so that the line of a plain run
-         * stays the Fortran driver's. */
+        char blocks[48] = "";
+        /* blocks= only where it is not 1, faces= only where it is not the
+         * default, so that the line of a plain run stays the Fortran
+         * driver's. */
         if (o.blocks > 1)
             snprintf(blocks, sizeof blocks, " blocks=%d", o.blocks);
+        if (o.c.mode == MODE_DCHAN && o.faces == FACES_PACK)
+            strcat(blocks, " faces=pack");
         printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d%s "
                "iters=%d iter_time_s=%.6e comm_share=%.3f residual=%.6e verified=%s\n",
                provider, app_mode_name(o.c.mode), nranks, o.grid[0], o.grid[1], o.grid[2],

@@ -80,6 +80,10 @@ struct mpi_state {
     uint64_t **credit;
     uint32_t cwords;
     int nranks;
+    /* get: per receiver rank, the next triple of tags a source to it takes
+     * (see "get" below), and the sources alive on this rank */
+    uint32_t *gnext;
+    struct mpi_g *glive;
     struct dchan_waketimer wt; /* wake-up (see mpi_wake_arm) */
 };
 
@@ -228,7 +232,8 @@ static int mpi_connect(struct dchan_prov *p, const void *addrs, size_t len)
     s->nranks = size;
     s->cwords = (uint32_t)dchan_ctx_params(p->ctx)->CREDIT_WORDS;
     s->credit = calloc((size_t)size, sizeof *s->credit);
-    if (!s->credit)
+    s->gnext = calloc((size_t)size, sizeof *s->gnext);
+    if (!s->credit || !s->gnext)
         return DCHAN_ERR_NO_MEMORY;
     if (s->cwords - 1 > (uint32_t)s->tag_ub)
         dchan_warn(p->ctx, "mpi",
@@ -290,6 +295,7 @@ static void mpi_close(struct dchan_prov *p)
         for (int i = 0; i < s->nranks; i++)
             free(s->credit[i]);
     free(s->credit);
+    free(s->gnext);
     free(s->reqs);
     free(s->w);
     free(s->fired);
@@ -941,16 +947,23 @@ static int mpi_wake_arm(struct dchan_prov *p)
 
 /*
  * An emulation of get by messages on the credit communicator, with tags
- * above the credit words', three per source (by the slot of its id, which
- * both sides know from the wire): the source sends each published count
- * (tag t), the getter asks for a version (t + 1), the source sends the
- * buffer (t + 2). The getter keeps a receive posted for the counts, so
- * dchan_get knows without a round trip whether a version is new; the
- * source learns that a version was taken when the send of its buffer
- * completed (the data has left it). A get costs a round trip; a destroyed
- * source sends the count 0.
+ * above the credit words', three per source: the source sends each
+ * published count (tag t), the getter asks for a version (t + 1), the
+ * source sends the buffer (t + 2). The getter keeps a receive posted for
+ * the counts, so dchan_get knows without a round trip whether a version is
+ * new; the source learns that a version was taken when the send of its
+ * buffer completed (the data has left it). A get costs a round trip; a
+ * destroyed source sends the count 0.
+ *
+ * The source picks t and sends it in the wire: the next triple in turn
+ * for its receiver's rank (skipping those of live sources to it), so that
+ * a new source does not take the triple of one just destroyed for as long
+ * as the tag space lasts. A getter of the destroyed source may still have
+ * receives posted on t and t + 2, which MPI would match before the new
+ * getter's (t from the source's slot, reused at once, let a stale getter
+ * take a new pair's counts and data). A getter that learns its source is
+ * gone posts nothing more on t and drops the read in flight.
  */
-#define GET_SLOT(id) ((id) & 0xffffffu) /* the slot of a wire id (lib/core.h) */
 enum { G_OUT = 0, G_IN = 1, G_DATA = 2 }; /* source: publish, request, data;
                                          * getter: request, publish, data */
 
@@ -960,14 +973,43 @@ struct mpi_g {
     MPI_Datatype type;
     int count, tag;
     uint64_t out, in, pub, sent;
+    struct mpi_g *next, *prev; /* source: in mpi_state's glive */
 };
 
-static int get_tag(struct mpi_state *s, dchan_handle_t *h, int *tag)
+/* Triples of tags above the credit words, below MPI_TAG_UB. */
+static uint32_t get_triples(const struct mpi_state *s)
 {
-    uint64_t t = (uint64_t)s->cwords + 3ull * GET_SLOT(dchan_h_id(h));
-    if (t + 2 > (uint64_t)s->tag_ub)
+    if (s->cwords > (uint32_t)s->tag_ub)
+        return 0;
+    uint64_t n = ((uint64_t)s->tag_ub + 1 - s->cwords) / 3;
+    return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* Source: the next triple for peer that no live source to peer holds. */
+static int get_tag_alloc(struct mpi_state *s, int peer, int *tag)
+{
+    uint32_t n = get_triples(s);
+    if (n == 0)
         return DCHAN_ERR_UNSUPPORTED;
-    *tag = (int)t;
+    for (uint32_t tries = 0; tries < n; tries++) {
+        int t = (int)(s->cwords + 3u * (s->gnext[peer]++ % n));
+        bool used = false;
+        for (struct mpi_g *g = s->glive; g && !used; g = g->next)
+            used = g->tag == t && dchan_h_peer(g->w[0].h) == peer;
+        if (!used) {
+            *tag = t;
+            return DCHAN_SUCCESS;
+        }
+    }
+    return DCHAN_ERR_NO_MEMORY; /* every triple held by a live source */
+}
+
+/* Getter: the source's triple, from the wire. */
+static int get_tag_check(const struct mpi_state *s, uint32_t t)
+{
+    uint32_t n = get_triples(s);
+    if (t < s->cwords || (t - s->cwords) % 3 != 0 || (t - s->cwords) / 3 >= n)
+        return DCHAN_ERR_HANDLE;
     return DCHAN_SUCCESS;
 }
 
@@ -993,16 +1035,15 @@ static void get_cancel(struct mpi_state *s, struct mpi_wait *w)
         MPI_Request_free(w->rq);
 }
 
-static int get_common_open(dchan_handle_t *h, int in_kind, int in_tag, int *tagp)
+static int get_common_open(dchan_handle_t *h, int in_kind, int tag)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_state *s = p->state;
     struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
     bool src = in_kind == W_GREQR;
-    int rc = get_tag(s, h, tagp);
-    if (rc != DCHAN_SUCCESS)
-        return rc;
-    g->tag = *tagp;
+    int in_tag = src ? tag + 1 : tag;
+    int rc;
+    g->tag = tag;
     for (int i = 0; i < 3; i++) {
         g->rq[i] = MPI_REQUEST_NULL;
         g->w[i] = (struct mpi_wait){.rq = &g->rq[i], .h = h, .pos = -1};
@@ -1063,18 +1104,39 @@ static int mpi_src_publish(dchan_handle_t *h)
     return DCHAN_SUCCESS;
 }
 
+static void glive_remove(struct mpi_state *s, struct mpi_g *g)
+{
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        s->glive = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    g->next = g->prev = NULL;
+}
+
 static int mpi_src_open(dchan_handle_t *h, unsigned char *wire_fields)
 {
     int tag = 0;
     struct mpi_state *s = dchan_h_prov(h)->state;
-    if (get_tag(s, h, &tag) != DCHAN_SUCCESS)
-        return DCHAN_ERR_UNSUPPORTED;
-    int rc = get_common_open(h, W_GREQR, tag + 1, &tag);
+    struct mpi_g *g = DCHAN_PROV_PRIV(h, struct mpi_g);
+    int rc = get_tag_alloc(s, dchan_h_peer(h), &tag);
     if (rc != DCHAN_SUCCESS)
         return rc;
-    if ((rc = mpi_src_publish(h)) != DCHAN_SUCCESS)
+    if ((rc = get_common_open(h, W_GREQR, tag)) != DCHAN_SUCCESS)
+        return rc;
+    g->prev = NULL;
+    g->next = s->glive;
+    if (s->glive)
+        s->glive->prev = g;
+    s->glive = g;
+    if ((rc = mpi_src_publish(h)) != DCHAN_SUCCESS) {
+        glive_remove(s, g);
         get_common_close(h);
-    return rc;
+        return rc;
+    }
+    dchan_put_le32(wire_fields, (uint32_t)tag);
+    return DCHAN_SUCCESS;
 }
 
 static void mpi_src_close(dchan_handle_t *h)
@@ -1099,19 +1161,40 @@ static void mpi_src_close(dchan_handle_t *h)
         MPI_Send(&g->out, 1, MPI_UINT64_T, dchan_h_peer(h), g->tag, s->ccomm);
     }
     get_common_close(h);
+    if (!mpi_gone()) {
+        /* Requests that arrived unanswered would wait unmatched for the
+         * next source to take this triple: take them now. */
+        for (;;) {
+            int flag = 0;
+            uint64_t req;
+            if (MPI_Iprobe(dchan_h_peer(h), g->tag + 1, s->ccomm, &flag, MPI_STATUS_IGNORE) !=
+                    MPI_SUCCESS || !flag)
+                break;
+            MPI_Recv(&req, 1, MPI_UINT64_T, dchan_h_peer(h), g->tag + 1, s->ccomm,
+                     MPI_STATUS_IGNORE);
+        }
+    }
+    glive_remove(s, g);
 }
 
 static int mpi_get_open(dchan_handle_t *h, const unsigned char *wire_fields)
 {
-    int tag = 0;
     struct mpi_state *s = dchan_h_prov(h)->state;
-    for (int i = 0; i < DCHAN_WIRE_PROV_BYTES; i++)
+    uint32_t tag = dchan_get_le32(wire_fields);
+    for (int i = 4; i < DCHAN_WIRE_PROV_BYTES; i++)
         if (wire_fields[i])
             return DCHAN_ERR_HANDLE;
-    if (get_tag(s, h, &tag) != DCHAN_SUCCESS)
-        return DCHAN_ERR_UNSUPPORTED;
+    if (get_tag_check(s, tag) != DCHAN_SUCCESS)
+        return DCHAN_ERR_HANDLE;
     DCHAN_PROV_PRIV(h, struct mpi_g)->pub = 0;
-    return get_common_open(h, W_GPUBR, tag, &tag);
+    return get_common_open(h, W_GPUBR, (int)tag);
+}
+
+/* Getter: a count of another generation than the source's (0 when it was
+ * destroyed) means the source is gone for good. */
+static bool src_gone(dchan_handle_t *h, uint64_t count)
+{
+    return (uint32_t)(count >> 32) != dchan_h_gen(h);
 }
 
 static void mpi_get_close(dchan_handle_t *h)
@@ -1141,6 +1224,10 @@ static int pub_drain(dchan_handle_t *h)
         if ((rc = MPI_Test(&g->rq[G_IN], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !flag)
             break;
         g->pub = g->in; /* counts of one source arrive in order */
+        if (src_gone(h, g->in)) {
+            MPI_Request_free(&g->rq[G_IN]); /* nothing more comes: not re-posted */
+            return DCHAN_SUCCESS;
+        }
         if ((rc = MPI_Start(&g->rq[G_IN])) != MPI_SUCCESS)
             break;
     }
@@ -1217,6 +1304,18 @@ static void get_fired(struct dchan_prov *p, struct mpi_wait *w, const MPI_Status
             dchan_core_handle_error(h, drc);
         break;
     case W_GPUBR:
+        if (drc == DCHAN_SUCCESS && src_gone(h, g->in)) {
+            /* Nothing more comes on this triple: post nothing more on it,
+             * and a read in flight gets no answer (or one that may be
+             * torn): it fails as the source's end. */
+            g->pub = g->in;
+            MPI_Request_free(&g->rq[G_IN]);
+            if (g->rq[G_DATA] != MPI_REQUEST_NULL) {
+                get_cancel(s, &g->w[G_DATA]);
+                dchan_core_get_done(h, DCHAN_ERR_PEER);
+            }
+            break;
+        }
         if (drc == DCHAN_SUCCESS) {
             g->pub = g->in;
             if ((err = MPI_Start(&g->rq[G_IN])) != MPI_SUCCESS)

@@ -11,6 +11,14 @@
  * input (wires of the other kind, a wrong size, calls on the wrong kind of
  * handle) gets its code, and a destroyed source makes dchan_get fail with
  * DCHAN_ERR_PEER while the rest of the job goes on.
+ *
+ * Then a source is destroyed while its getter lives on, with a get in
+ * flight, and a new source and getter are made between the same ranks
+ * (the new source takes the old one's slot): every byte of every version
+ * of the new pair must be right, and the stale getter must fail with
+ * DCHAN_ERR_PEER, never receiving the new pair's data (on mpi, whose get
+ * is an emulation by tagged messages, the stale getter once kept receives
+ * posted on the tags the new pair then used).
  */
 #include "config.h"
 
@@ -82,6 +90,147 @@ static void bad_input(struct chan *c, const dchan_wire_t *w)
     EXPECT(dchan_assoc_remote(ctx, &bad, c->gbuf, c->size, on_arrival, c, &h), DCHAN_ERR_HANDLE);
     if (h != (dchan_handle_t *)&h)
         die("a failed association wrote its out-parameter");
+}
+
+/* ---- a stale getter beside a new pair --------------------------------------------- */
+
+#define RSIZE 4104 /* not a power of two */
+#define RVERSIONS 20
+#define RTIMEOUT_NS 30000000000ull
+
+struct rchan {
+    int id;
+    dchan_handle_t *src, *get;
+    unsigned char *sbuf, *gbuf;
+    long published, taken, got;
+};
+
+static void r_done(dchan_handle_t *h, void *arg)
+{
+    struct rchan *c = arg;
+    if (h != c->src)
+        die("done_fn got another handle");
+    c->taken++;
+}
+
+static void r_arrival(dchan_handle_t *h, void *arg)
+{
+    struct rchan *c = arg;
+    if (h != c->get)
+        die("arrival_fn got another handle");
+    /* The pattern of this pair's source: data of another pair fails here. */
+    verify(c->gbuf, RSIZE, (me + nranks - 1) % nranks, c->id, c->got);
+    c->got++;
+}
+
+/* A source for the next rank, and a getter of the previous rank's. */
+static void r_open(struct rchan *c, int id)
+{
+    dchan_wire_t mine, *all = calloc((size_t)nranks, sizeof *all);
+    memset(c, 0, sizeof *c);
+    c->id = id;
+    c->sbuf = buf_alloc(RSIZE);
+    c->gbuf = buf_alloc(RSIZE);
+    fill(c->sbuf, RSIZE, me, id, 0);
+    CHECK(dchan_create_source(ctx, (me + 1) % nranks, c->sbuf, RSIZE, r_done, c, &c->src));
+    c->published = 1;
+    CHECK(dchan_handle_export(c->src, &mine));
+    CHECK(dchan_allgather(ctx, &mine, all, sizeof mine));
+    CHECK(dchan_assoc_remote(ctx, &all[(me + nranks - 1) % nranks], c->gbuf, RSIZE, r_arrival, c,
+                             &c->get));
+    free(all);
+}
+
+/* Gets and publishes until n versions went through c both ways. */
+static void r_run(struct rchan *c, long n, const char *what)
+{
+    unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+    while (c->got < n || c->taken < n) {
+        if (c->got < n) {
+            int rc = dchan_get(c->get);
+            if (rc != DCHAN_ERR_AGAIN)
+                CHECK(rc);
+        }
+        CHECK(dchan_progress(ctx));
+        if (c->taken == c->published && c->published < n) {
+            fill(c->sbuf, RSIZE, me, c->id, c->published);
+            CHECK(dchan_ready(c->src));
+            c->published++;
+        }
+        if (now_ns() > deadline)
+            die("%s: stalled at %ld versions got, %ld taken of %ld", what, c->got, c->taken, n);
+    }
+}
+
+/* A barrier that runs no dchan progress where MPI is there (a source then
+ * answers no request meanwhile). */
+static void quiet_barrier(void)
+{
+#ifdef USE_MPI
+    MPI_Barrier(MPI_COMM_WORLD);
+#else
+    CHECK(dchan_barrier(ctx));
+#endif
+}
+
+static void stale_getter(void)
+{
+    struct rchan a, b;
+    int rc;
+
+    r_open(&a, 100);
+    r_run(&a, 1, "first pair");
+    /* Version 1 published, and its get started by dchan_get alone (which
+     * runs no source's side): on mpi the request stays unanswered. */
+    fill(a.sbuf, RSIZE, me, a.id, 1);
+    CHECK(dchan_ready(a.src));
+    a.published++;
+    quiet_barrier();
+    {
+        unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+        while ((rc = dchan_get(a.get)) == DCHAN_ERR_AGAIN)
+            if (now_ns() > deadline)
+                die("version 1 of the first pair never published");
+        CHECK(rc);
+    }
+    quiet_barrier();
+    /* The source goes, its getter stays; progress lets the getter see the
+     * end (and re-post whatever it keeps posted). */
+    CHECK(dchan_handle_destroy(a.src));
+    a.src = NULL;
+    CHECK(dchan_barrier(ctx));
+    for (int i = 0; i < 100; i++)
+        CHECK(dchan_progress(ctx));
+    CHECK(dchan_barrier(ctx));
+    /* A new pair between the same ranks: its source takes a's slot. */
+    r_open(&b, 101);
+    r_run(&b, RVERSIONS, "new pair beside a stale getter");
+    /* The stale getter: the source's end, never the new pair's data
+     * (r_arrival would have caught it). A get that raced the destruction
+     * may have delivered version 1 of a, checked too. */
+    {
+        unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+        while ((rc = dchan_get(a.get)) == DCHAN_ERR_AGAIN) {
+            CHECK(dchan_progress(ctx));
+            if (now_ns() > deadline)
+                die("the stale getter never saw its source's end");
+        }
+        EXPECT(rc, DCHAN_ERR_PEER);
+        EXPECT(dchan_get(a.get), DCHAN_ERR_PEER);
+    }
+    if (a.got > 2)
+        die("the stale getter got %ld versions of a source that published 2", a.got);
+    /* The new pair still works after the stale getter failed. */
+    r_run(&b, RVERSIONS + 5, "new pair after the stale getter failed");
+    CHECK(dchan_barrier(ctx));
+    CHECK(dchan_handle_destroy(a.get));
+    CHECK(dchan_handle_destroy(b.get));
+    CHECK(dchan_handle_destroy(b.src));
+    CHECK(dchan_barrier(ctx));
+    buf_free(a.sbuf);
+    buf_free(a.gbuf);
+    buf_free(b.sbuf);
+    buf_free(b.gbuf);
 }
 
 static void setup(const size_t *sizes)
@@ -202,6 +351,7 @@ int main(int argc, char **argv)
         buf_free(ch[i].gbuf);
     }
     CHECK(dchan_barrier(ctx));
+    stale_getter();
     CHECK(dchan_finalize(ctx));
     if (me == 0)
         printf("RESULT app=mp_get provider=%s ranks=%d channels=%d iters=%ld verified=yes\n",
