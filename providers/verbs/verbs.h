@@ -5,7 +5,9 @@
  *   verbs_init.c  device, port and GID choice, open/connect/close, limits,
  *                 parameters, the error mapping, the ops table
  *   verbs_conn.c  queue pair state changes and the recovery protocol
- *   verbs_rma.c   registrations, handles, puts, completions, progress
+ *   verbs_rma.c   registrations, handles, puts (gathered ones too),
+ *                 completions, progress
+ *   verbs_get.c   get: sources, getters, RDMA READ, pushed published words
  *
  * Every peer (this rank included) gets two RC queue pairs, created in open()
  * and connected in connect() from the address allgather: a data QP that
@@ -19,6 +21,13 @@
  * CREDIT_WORDS 8-byte words for remote write and publishes its address and
  * rkey with its QPNs. A receiver returns credit with an 8-byte RDMA WRITE on
  * the data QP to the sender, into word [receiver * CREDIT_WORDS + index].
+ *
+ * Get (DESIGN §7, verbs_get.c): every rank also registers a get area of
+ * nranks x VRB_GET_SLOTS words for remote write, published likewise. A
+ * source pushes its published word into a slot of the getter's area that
+ * the source's rank allocates (word [source rank * VRB_GET_SLOTS + slot]),
+ * so that the getter's peek is a load; the getter pulls the data with RDMA
+ * READ and writes the taken word into the source's control words.
  */
 #ifndef DCHAN_VERBS_H
 #define DCHAN_VERBS_H
@@ -50,6 +59,15 @@
 #define VRB_WRID_SEQ_MASK ((1ull << VRB_WRID_SEQ_BITS) - 1)
 enum { VRB_CTL_WR_MSG = 1, VRB_CTL_WR_PROBE = 2 };
 
+/* SGEs per WR asked of a QP at most (gathered puts): every WQE slot of the
+ * send queue is sized for it, on two QPs per peer, so more costs memory at
+ * scale for little (a WR more per 8 segments). And slots per peer in the
+ * get area (live sources from one rank to another at once). */
+#define VRB_MAX_SGE 8
+#define VRB_GET_SLOTS 128
+/* A pushed word is (serial << 32) | count; this count says "destroyed". */
+#define VRB_GET_GONE 0xffffffffu
+
 /* Control messages: the type in the top byte of the immediate, the low 24
  * bits of an epoch below it. */
 enum { VRB_MSG_RESYNC = 1, VRB_MSG_READY = 2 };
@@ -63,12 +81,19 @@ enum vrb_cstate {
 };
 
 /* What one posted data WR belongs to. */
-enum { VRB_WR_PUT = 0, VRB_WR_CREDIT = 1 };
+enum {
+    VRB_WR_PUT = 0,
+    VRB_WR_CREDIT = 1,
+    VRB_WR_GET = 2,  /* a getter's RDMA READ of the source's buffer */
+    VRB_WR_GACK = 3, /* a getter's write of the taken word */
+    VRB_WR_PUSH = 4  /* a source's write of its published word (h NULL, slot in last) */
+};
 struct vrb_wrrec {
     dchan_handle_t *h; /* NULL: nothing to report (detached, or a marker) */
-    uint32_t last;     /* PUT: the put's last WR, its completion completes the put;
-                        * CREDIT: the core waits for dchan_core_credit_done */
-    uint32_t kind;     /* VRB_WR_*; h is a send handle for PUT, a receive one for CREDIT */
+    uint32_t last;     /* PUT, GET: the last WR, its completion completes the operation;
+                        * CREDIT: the core waits for dchan_core_credit_done; PUSH: the slot */
+    uint32_t kind;     /* VRB_WR_*; h is a send handle for PUT, a receive one for CREDIT,
+                        * a getter for GET and GACK */
 };
 
 struct vrb_state;
@@ -117,6 +142,22 @@ struct vrb_conn {
     uint64_t alive_ns;  /* when the peer was last known alive */
     uint32_t nrecv;     /* receive handles from this peer (probed when silent) */
     uint32_t ncredit;   /* credited send handles to it (they wait on it too) */
+    uint32_t nget;      /* sources for it and getters from it (they wait on it too) */
+
+    /* Get, source side: this rank's slots in the peer's get area (address
+     * of slot 0, key), which are in use, which must be written (again)
+     * from gval, and the serial of the next source for this peer. */
+    uint64_t garaddr;
+    uint32_t grkey;
+    uint32_t gserial, gnext;
+    uint64_t gused[VRB_GET_SLOTS / 64], gpend[VRB_GET_SLOTS / 64];
+    uint64_t *gval; /* VRB_GET_SLOTS words of s->gstage */
+    /* Get, getter side: getters whose READ or taken word waits for the
+     * connection (rebuilding, or a full send queue). */
+    dchan_handle_t *get_head;
+    /* RDMA READs this side may have outstanding towards the peer (the
+     * smaller of its initiator limit and the peer's responder limit). */
+    uint8_t rd_atom;
 
     struct vrb_conn *att_next; /* on the attention list */
     bool on_att;
@@ -163,14 +204,24 @@ struct vrb_state {
     size_t carea_len;
     uint32_t cw;
 
+    /* Get: this rank's get area (word [r * VRB_GET_SLOTS + i] written by
+     * rank r only) and the staging copy of the words it pushes (the same
+     * layout, indexed by getter), registered for local use. */
+    uint64_t *garea, *gstage;
+    struct ibv_mr *garea_mr, *gstage_mr;
+    size_t garea_len;
+    uint8_t rd_init, rd_resp; /* max_qp_init_rd_atom, max_qp_rd_atom (capped) */
+
     /* Local QPN -> connection index * 2 + (1 for the control QP). */
     uint32_t *qpn_key, *qpn_val;
     uint32_t qpn_mask;
 
-    /* Scratch for building one put, sized for the largest. */
+    /* Scratch for building one put, sized for the largest: WR n uses
+     * sge[n * max_sge ...]. */
     struct ibv_send_wr *wr;
     struct ibv_sge *sge;
     uint32_t wr_cap;
+    uint32_t max_sge; /* SGEs per send WR, as every data QP granted */
 
     struct vrb_conn *att_head; /* connections that need progress to act */
     uint32_t tick, ka_cursor;
@@ -196,6 +247,51 @@ struct vrb_sh {
     const uint64_t *seq_src;
     int detect;
     dchan_handle_t *redo_next;
+    /* A gathered send side (dchan_assoc_local_iov/_subarray); NULL otherwise. */
+    struct vrb_gather *g;
+};
+
+/* A gathered send side: its segments, the local key of each, and what
+ * registered them. A layout that needs more WRs than the send queue holds
+ * is gathered into 'stage' and sent as a contiguous put instead. */
+struct vrb_gather {
+    const dchan_iov_t *seg;
+    size_t nseg;
+    uint32_t *lkey;
+    struct dchan_reg **reg;
+    size_t nreg;
+    uint64_t tail; /* SENTINEL: the gathered tail, sent as one 8-byte write */
+    struct dchan_reg *tail_reg; /* where the tail cannot go inline */
+    void *stage;
+    struct dchan_reg *stage_reg;
+};
+
+/* Get: a source's and a getter's state (verbs_get.c). */
+struct vrb_src {
+    struct vrb_conn *c;
+    struct ibv_mr *mr, *cmr; /* the buffer (remote read), the control words */
+    uint32_t slot, serial;
+};
+
+struct vrb_gh {
+    struct vrb_conn *c;
+    struct ibv_mr *mr; /* the getter's buffer, local write */
+    uint64_t raddr, caddr;
+    uint32_t rkey, ckey;
+    uint32_t slot, serial;
+    uint64_t ack;      /* the taken word to write (also: the last one taken) */
+    uint64_t *ackw;    /* without inline data: where it is sent from, */
+    struct ibv_mr *ackmr; /* registered for local use */
+    size_t rpos;       /* bytes of the READ posted so far */
+    uint32_t out;      /* its WRs posted and not retired */
+    bool flushed;      /* one of them was flushed: read again once rebuilt */
+    bool seen;         /* the source's own serial appeared in the slot */
+    bool reading;      /* a READ is posted */
+    bool want_read;    /* a READ waits for the connection */
+    bool want_ack;     /* the taken word waits for the connection */
+    bool queued;       /* on c->get_head */
+    int rc;            /* the READ's own failure, reported at its last WR */
+    dchan_handle_t *next;
 };
 
 struct vrb_rh {
@@ -254,6 +350,18 @@ int dchan_verbs_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *
 int dchan_verbs_progress(struct dchan_prov *p);
 int dchan_verbs_wake_fd(struct dchan_prov *p, int *fd);
 int dchan_verbs_wake_arm(struct dchan_prov *p);
+
+/* verbs_get.c */
+extern const struct dchan_get_ops dchan_verbs_get_ops;
+/* A GET, GACK or PUSH WR retired: ok, failed with its own error err, or
+ * flushed (neither). */
+void dchan_verbs_get_cqe(struct vrb_state *s, struct vrb_conn *c, struct vrb_wrrec *r, bool ok,
+                         int err);
+/* The connection is up: post what waited (pushes, READs, taken words). */
+void dchan_verbs_get_redo(struct vrb_state *s, struct vrb_conn *c);
+bool dchan_verbs_get_pending(const struct vrb_conn *c);
+/* The peer is gone: fail what waits or is posted. */
+void dchan_verbs_get_dead(struct vrb_state *s, struct vrb_conn *c, int rc);
 /* Immediate data of the last WRITE of a SENTINEL or FLAG put and of a
  * credit write: names no handle (no id is 0), only makes a receive
  * completion, which wakes a peer asleep on its completion channel. */

@@ -88,8 +88,9 @@ int dchan_verbs_qp_connect(struct vrb_state *s, struct vrb_conn *c, struct ibv_q
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
     a.port_num = s->port_num;
-    /* Remote writes only; each receive buffer's MR limits them further. */
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    /* Remote writes, and reads for get; each MR limits them further (only
+     * sources' buffers and control words are readable). */
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     rc = modify(s, qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
                 "ibv_modify_qp (INIT)");
     if (rc != DCHAN_SUCCESS)
@@ -101,7 +102,9 @@ int dchan_verbs_qp_connect(struct vrb_state *s, struct vrb_conn *c, struct ibv_q
     a.path_mtu = c->mtu;
     a.dest_qp_num = rqpn;
     a.rq_psn = psn_of(epoch, rqpn);
-    a.max_dest_rd_atomic = 1;
+    /* READs served at once: what the device offers (the peer's initiator
+     * depth keeps to what this rank published). */
+    a.max_dest_rd_atomic = s->rd_resp ? s->rd_resp : 1;
     a.min_rnr_timer = s->min_rnr;
     rc = modify(s, qp, &a,
                 IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -116,7 +119,7 @@ int dchan_verbs_qp_connect(struct vrb_state *s, struct vrb_conn *c, struct ibv_q
     a.timeout = s->timeout;
     a.retry_cnt = s->retry_cnt;
     a.rnr_retry = 7; /* forever: an empty SRQ is refilled, never fatal */
-    a.max_rd_atomic = 1;
+    a.max_rd_atomic = c->rd_atom ? c->rd_atom : 1;
     return modify(s, qp, &a,
                   IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                       IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC,
@@ -179,9 +182,13 @@ void dchan_verbs_conn_dead(struct vrb_state *s, struct vrb_conn *c, int rc)
     ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
     ibv_modify_qp(c->ctl, &a, IBV_QP_STATE);
     dchan_core_peer_error(s->p, c->peer, rc);
+    /* Get WRs first, then puts; credit WRs are dchan_verbs_credit_dead's. */
+    dchan_verbs_get_dead(s, c, rc);
     for (uint64_t q = c->retired; q < c->posted; q++) {
         struct vrb_wrrec *r = &c->ring[q % s->sq_depth];
         dchan_handle_t *h = r->h;
+        if (r->kind != VRB_WR_PUT)
+            continue;
         r->h = NULL;
         if (h && r->last)
             dchan_verbs_put_resolve(s, h, rc);
@@ -240,7 +247,7 @@ static void conn_up(struct vrb_state *s, struct vrb_conn *c)
     for (dchan_handle_t *h = c->redo_head; h; h = DCHAN_PROV_PRIV(h, struct vrb_sh)->redo_next)
         n++;
     c->state = VRB_UP;
-    if (c->redo_head || c->cred_head)
+    if (c->redo_head || c->cred_head || dchan_verbs_get_pending(c))
         dchan_verbs_att(s, c);
     dchan_info(s->p->ctx, VRB_NAME,
                "connection to rank %d rebuilt at epoch %u; re-issuing %u flushed put(s)",
@@ -404,12 +411,14 @@ static bool step(struct vrb_state *s, struct vrb_conn *c)
         redo(s, c);
     if (c->state == VRB_UP && c->cred_head)
         dchan_verbs_credit_redo(s, c);
+    if (c->state == VRB_UP && dchan_verbs_get_pending(c))
+        dchan_verbs_get_redo(s, c);
     if (c->ctl_msg)
         dchan_verbs_ctl_flush(s, c);
     if (c->state == VRB_DEAD)
         return false;
     return c->state == VRB_DRAIN || c->ctl_msg ||
-           (c->state == VRB_UP && (c->redo_head || c->cred_head));
+           (c->state == VRB_UP && (c->redo_head || c->cred_head || dchan_verbs_get_pending(c)));
 }
 
 void dchan_verbs_advance(struct vrb_state *s)
@@ -511,7 +520,7 @@ void dchan_verbs_keepalive(struct vrb_state *s)
             c->alive_ns = now;
             continue;
         }
-        if (!(c->nrecv || c->ncredit) || c->state != VRB_UP || c->probing || c->ctl_out >= VRB_CTL_DEPTH ||
+        if (!(c->nrecv || c->ncredit || c->nget) || c->state != VRB_UP || c->probing || c->ctl_out >= VRB_CTL_DEPTH ||
             now - c->alive_ns < s->keepalive_ns)
             continue;
         memset(&wr, 0, sizeof wr);

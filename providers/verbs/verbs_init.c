@@ -25,10 +25,11 @@ extern const struct dchan_provider_ops dchan_verbs_ops;
  * each rank r the QPNs of this rank's data and control QPs dedicated to r.
  * Header: magic, version, RoCE, port, MTU (bytes 0..7), LID (8), nranks
  * (12), GID (16), then the credit area: address (32), rkey (40) and words
- * per rank (44). */
+ * per rank (44), the get area: address (48), rkey (56), and the RDMA READs
+ * the rank's QPs serve at once (60, 16 bits). */
 #define VRB_ADDR_MAGIC 0x41425256u /* "VRBA" */
-#define VRB_ADDR_VERSION 2
-#define VRB_ADDR_HDR 48
+#define VRB_ADDR_VERSION 3
+#define VRB_ADDR_HDR 64
 #define VRB_ADDR_PER_RANK 8
 
 /* ---- parameters ------------------------------------------------------------------ */
@@ -364,6 +365,10 @@ static void vrb_free(struct vrb_state *s)
             free(c->ring);
         }
     }
+    if (s->gstage_mr)
+        ibv_dereg_mr(s->gstage_mr);
+    if (s->garea_mr)
+        ibv_dereg_mr(s->garea_mr);
     if (s->cstage_mr)
         ibv_dereg_mr(s->cstage_mr);
     if (s->carea_mr)
@@ -388,21 +393,24 @@ static void vrb_free(struct vrb_state *s)
     free(s->addr);
     free(s->carea);
     free(s->cstage);
+    free(s->garea);
+    free(s->gstage);
     free(s);
 }
 
 /* Page-aligned, zeroed words for the credit area or its staging copy,
  * registered with the access given (never relaxed ordering: the sender
  * reads its words from memory). */
-static int credit_mem(struct vrb_state *s, int access, uint64_t **mem, struct ibv_mr **mr)
+static int credit_mem(struct vrb_state *s, size_t len, int access, uint64_t **mem,
+                      struct ibv_mr **mr)
 {
     void *p = NULL;
-    int rc = posix_memalign(&p, 4096, s->carea_len);
+    int rc = posix_memalign(&p, 4096, len);
     if (rc)
         return dchan_verbs_rc(s, VRB_ERRNO, rc, "allocating the credit area");
-    memset(p, 0, s->carea_len);
+    memset(p, 0, len);
     *mem = p;
-    *mr = ibv_reg_mr(s->pd, p, s->carea_len, access);
+    *mr = ibv_reg_mr(s->pd, p, len, access);
     if (!*mr)
         return dchan_verbs_rc(s, VRB_ERRNO, errno ? errno : ENOMEM, "ibv_reg_mr (credit area)");
     return DCHAN_SUCCESS;
@@ -410,26 +418,31 @@ static int credit_mem(struct vrb_state *s, int access, uint64_t **mem, struct ib
 
 /* ---- open ------------------------------------------------------------------------------- */
 
-static struct ibv_qp *make_qp(struct vrb_state *s, uint32_t depth, uint32_t *inline_io,
-                              struct ibv_qp_cap *granted)
+static struct ibv_qp *make_qp(struct vrb_state *s, uint32_t depth, uint32_t sge,
+                              uint32_t *inline_io, struct ibv_qp_cap *granted)
 {
     struct ibv_qp_init_attr a;
-    struct ibv_qp *qp;
+    struct ibv_qp *qp = NULL;
 
-    /* Devices cap max_inline_data differently (and some reject what they
-     * cannot give): halve the request until the device accepts it. */
-    for (uint32_t inl = *inline_io;; inl /= 2) {
-        memset(&a, 0, sizeof a);
-        a.send_cq = s->scq;
-        a.recv_cq = s->rcq;
-        a.srq = s->srq;
-        a.qp_type = IBV_QPT_RC;
-        a.sq_sig_all = 0;
-        a.cap.max_send_wr = depth;
-        a.cap.max_send_sge = 1;
-        a.cap.max_inline_data = inl;
-        qp = ibv_create_qp(s->pd, &a);
-        if (qp || errno != EINVAL || inl == 0)
+    /* Devices cap max_inline_data (and the SGEs next to it) differently,
+     * and some reject what they cannot give: halve the inline request
+     * until the device accepts it, then the SGEs. */
+    for (;; sge /= 2) {
+        for (uint32_t inl = *inline_io;; inl /= 2) {
+            memset(&a, 0, sizeof a);
+            a.send_cq = s->scq;
+            a.recv_cq = s->rcq;
+            a.srq = s->srq;
+            a.qp_type = IBV_QPT_RC;
+            a.sq_sig_all = 0;
+            a.cap.max_send_wr = depth;
+            a.cap.max_send_sge = sge;
+            a.cap.max_inline_data = inl;
+            qp = ibv_create_qp(s->pd, &a);
+            if (qp || errno != EINVAL || inl == 0)
+                break;
+        }
+        if (qp || errno != EINVAL || sge <= 1)
             break;
     }
     if (qp) {
@@ -520,9 +533,24 @@ static int vrb_open(struct dchan_prov *p)
     /* The credit area peers write into (DESIGN §7). */
     s->cw = (uint32_t)s->pv->CREDIT_WORDS;
     s->carea_len = (size_t)n * s->cw * sizeof(uint64_t);
-    rc = credit_mem(s, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &s->carea, &s->carea_mr);
+    rc = credit_mem(s, s->carea_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &s->carea,
+                    &s->carea_mr);
     if (rc != DCHAN_SUCCESS)
         goto fail;
+    /* The get area sources push their published words into, and the copy
+     * those words are sent from where they cannot go inline. */
+    s->garea_len = (size_t)n * VRB_GET_SLOTS * sizeof(uint64_t);
+    rc = credit_mem(s, s->garea_len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &s->garea,
+                    &s->garea_mr);
+    if (rc == DCHAN_SUCCESS)
+        rc = credit_mem(s, s->garea_len, 0, &s->gstage, &s->gstage_mr);
+    if (rc != DCHAN_SUCCESS)
+        goto fail;
+    /* RDMA READ (get): what this rank may have outstanding as initiator
+     * and serve as responder per QP; the initiator side also keeps to
+     * what the peer serves (connect). */
+    s->rd_init = (uint8_t)(s->dev.max_qp_init_rd_atom > 16 ? 16 : s->dev.max_qp_init_rd_atom);
+    s->rd_resp = (uint8_t)(s->dev.max_qp_rd_atom > 16 ? 16 : s->dev.max_qp_rd_atom);
     /* Costs nothing until a CQ is armed (dchan_wakeup_arm); without one,
      * dchan_wakeup_fd says DCHAN_ERR_UNSUPPORTED. */
     s->wch = ibv_create_comp_channel(s->ctx);
@@ -572,6 +600,11 @@ static int vrb_open(struct dchan_prov *p)
     }
     s->max_inline = (uint32_t)s->pv->VERBS_MAX_INLINE;
     s->sq_depth = (uint32_t)sq;
+    /* Gathered puts: an SGE list per WR, as long as the device allows. */
+    uint32_t want_sge = s->dev.max_sge < 1 ? 1 : (uint32_t)s->dev.max_sge;
+    if (want_sge > VRB_MAX_SGE)
+        want_sge = VRB_MAX_SGE;
+    s->max_sge = want_sge;
     for (uint32_t r = 0; r < n; r++) {
         struct vrb_conn *c = &s->conns[r];
         struct ibv_qp_cap cap;
@@ -580,7 +613,7 @@ static int vrb_open(struct dchan_prov *p)
         c->s = s;
         c->peer = (int)r;
         c->idx = r;
-        c->qp = make_qp(s, (uint32_t)sq, &s->max_inline, &cap);
+        c->qp = make_qp(s, (uint32_t)sq, want_sge, &s->max_inline, &cap);
         if (!c->qp) {
             rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_create_qp (data)");
             goto fail;
@@ -590,7 +623,11 @@ static int vrb_open(struct dchan_prov *p)
          * granted. */
         if (cap.max_send_wr < s->sq_depth)
             s->sq_depth = cap.max_send_wr;
-        c->ctl = make_qp(s, VRB_CTL_DEPTH, &no_inline, &cap);
+        /* Likewise the SGEs: never more than asked or granted. */
+        if (cap.max_send_sge < s->max_sge)
+            s->max_sge = cap.max_send_sge ? cap.max_send_sge : 1;
+        c->gval = &s->gstage[(size_t)r * VRB_GET_SLOTS];
+        c->ctl = make_qp(s, VRB_CTL_DEPTH, 1, &no_inline, &cap);
         if (!c->ctl) {
             rc = dchan_verbs_rc(s, VRB_ERRNO, errno, "ibv_create_qp (control)");
             goto fail;
@@ -603,7 +640,7 @@ static int vrb_open(struct dchan_prov *p)
     s->sig_every = s->sq_depth / 2 ? s->sq_depth / 2 : 1;
     s->wr_cap = s->sq_usable;
     s->wr = calloc(s->wr_cap, sizeof *s->wr);
-    s->sge = calloc(s->wr_cap, sizeof *s->sge);
+    s->sge = calloc((size_t)s->wr_cap * s->max_sge, sizeof *s->sge);
     if (!s->wr || !s->sge) {
         rc = DCHAN_ERR_NO_MEMORY;
         goto fail;
@@ -617,7 +654,7 @@ static int vrb_open(struct dchan_prov *p)
     }
     if (s->max_inline < 8) {
         /* Credit words cannot go inline: they are sent from a registered copy. */
-        rc = credit_mem(s, 0, &s->cstage, &s->cstage_mr);
+        rc = credit_mem(s, s->carea_len, 0, &s->cstage, &s->cstage_mr);
         if (rc != DCHAN_SUCCESS)
             goto fail;
     }
@@ -650,6 +687,9 @@ static int vrb_open(struct dchan_prov *p)
     dchan_put_le64(s->addr + 32, (uintptr_t)s->carea);
     dchan_put_le32(s->addr + 40, s->carea_mr->rkey);
     dchan_put_le32(s->addr + 44, s->cw);
+    dchan_put_le64(s->addr + 48, (uintptr_t)s->garea);
+    dchan_put_le32(s->addr + 56, s->garea_mr->rkey);
+    dchan_put_le16(s->addr + 60, s->rd_resp);
     for (uint32_t r = 0; r < n; r++) {
         dchan_put_le32(s->addr + VRB_ADDR_HDR + r * VRB_ADDR_PER_RANK, s->conns[r].qp->qp_num);
         dchan_put_le32(s->addr + VRB_ADDR_HDR + r * VRB_ADDR_PER_RANK + 4,
@@ -658,8 +698,8 @@ static int vrb_open(struct dchan_prov *p)
 
     describe(p->desc, sizeof p->desc, s->devname, s->port_num, &s->port, s->gid_index);
     size_t dl = strlen(p->desc);
-    snprintf(p->desc + dl, sizeof p->desc - dl, ", SQ %u, SRQ %u, inline %u", s->sq_depth,
-             s->srq_depth, s->max_inline);
+    snprintf(p->desc + dl, sizeof p->desc - dl, ", SQ %u, SRQ %u, inline %u, SGE %u",
+             s->sq_depth, s->srq_depth, s->max_inline, s->max_sge);
     p->state = s;
     p->default_detect = DCHAN_DETECT_EVENT;
     p->addr = s->addr;
@@ -727,6 +767,15 @@ static int vrb_connect(struct dchan_prov *p, const void *addrs, size_t addr_len)
             dchan_err(p->ctx, VRB_NAME, "rank %u published no credit area", r);
             return DCHAN_ERR_PROVIDER;
         }
+        /* This rank's slots in the peer's get area. */
+        c->grkey = dchan_get_le32(a + 56);
+        c->garaddr = dchan_get_le64(a + 48) + (uint64_t)s->rank * VRB_GET_SLOTS * sizeof(uint64_t);
+        if (dchan_get_le64(a + 48) == 0) {
+            dchan_err(p->ctx, VRB_NAME, "rank %u published no get area", r);
+            return DCHAN_ERR_PROVIDER;
+        }
+        unsigned peer_resp = dchan_get_le16(a + 60);
+        c->rd_atom = (uint8_t)(s->rd_init < peer_resp ? s->rd_init : peer_resp);
         rc = dchan_verbs_conn_start(s, c);
         if (rc != DCHAN_SUCCESS)
             return rc;
@@ -790,4 +839,7 @@ const struct dchan_provider_ops dchan_verbs_ops = {
     .wake_arm = dchan_verbs_wake_arm,
     .wake_disarm = dchan_prov_noop_wake_disarm,
     .sleeps = DCHAN_SLEEPS_EVENT,
+    /* SGE lists over the segments (verbs_rma.c), READ for get (verbs_get.c). */
+    .gather = true,
+    .get = &dchan_verbs_get_ops,
 };

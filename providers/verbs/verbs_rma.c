@@ -17,7 +17,15 @@
  *             receiver's QP reports whole-message data order for writes into
  *             it (a flag in the wire), the buffer as it is.
  * Writes longer than the port's max_msg_sz (or DCHAN_VERBS_MAX_MSG) are
- * split. Every WR carries its put in wr_id (via the connection's ring of
+ * split. A gathered put (dchan_assoc_local_iov/_subarray) is the same list
+ * with SGE lists over the segments instead of one SGE: each WRITE covers a
+ * contiguous range of the receive buffer with at most max_sge segments and
+ * max_msg bytes; a SENTINEL tail, which may straddle segments, is gathered
+ * into one word at put time and written on its own (never split, so no
+ * part of it lands before the body). The segments are registered once, at
+ * assoc: their bounding range where it is dense, else clusters of nearby
+ * segments, else each segment. A layout that needs more WRs than the send
+ * queue holds is gathered into a registered staging buffer at each put. Every WR carries its put in wr_id (via the connection's ring of
  * records); the last WR of each put is signalled, as is every sig_every-th,
  * so that the send queue always retires and a put completes when its own
  * last WR does. A put is posted whole or not at all. A handle of depth k
@@ -41,6 +49,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "verbs.h"
@@ -219,6 +228,70 @@ static uint64_t pieces(const struct vrb_state *s, uint64_t len)
     return (len + s->max_msg - 1) / s->max_msg;
 }
 
+/* WRs writing bytes [0, to) of the gathered message g to raddr, each at
+ * most max_msg bytes and max_sge segments; appended to s->wr from n when
+ * build, else only counted. Returns the new count. */
+static uint32_t add_gather(struct vrb_state *s, uint32_t n, const struct vrb_gather *g, size_t to,
+                           uint64_t raddr, uint32_t rkey, bool build)
+{
+    size_t i = 0, off = 0, pos = 0;
+    while (pos < to) {
+        struct ibv_sge *sge = build ? &s->sge[(size_t)n * s->max_sge] : NULL;
+        uint64_t len = 0;
+        uint32_t k = 0;
+        while (pos + len < to && k < s->max_sge && len < s->max_msg) {
+            uint64_t take = g->seg[i].len - off;
+            if (take > to - pos - len)
+                take = to - pos - len;
+            if (take > s->max_msg - len)
+                take = s->max_msg - len;
+            if (build)
+                sge[k] = (struct ibv_sge){.addr = (uintptr_t)g->seg[i].base + off,
+                                          .length = (uint32_t)take,
+                                          .lkey = g->lkey[i]};
+            k++;
+            len += take;
+            off += take;
+            if (off == g->seg[i].len) {
+                i++;
+                off = 0;
+            }
+        }
+        if (build) {
+            struct ibv_send_wr *wr = &s->wr[n];
+            memset(wr, 0, sizeof *wr);
+            wr->opcode = IBV_WR_RDMA_WRITE;
+            wr->wr.rdma.remote_addr = raddr + pos;
+            wr->wr.rdma.rkey = rkey;
+            wr->sg_list = sge;
+            wr->num_sge = (int)k;
+            if (len <= s->max_inline)
+                wr->send_flags = IBV_SEND_INLINE;
+            if (n)
+                s->wr[n - 1].next = wr;
+        }
+        pos += len;
+        n++;
+    }
+    return n;
+}
+
+/* WRs of a put of the gathered message g (not staged). */
+static uint64_t gather_count(struct vrb_state *s, const struct vrb_gather *g, size_t size,
+                             int detect)
+{
+    switch (detect) {
+    case DCHAN_DETECT_EVENT: {
+        uint32_t k = add_gather(s, 0, g, size, 0, 0, false);
+        return size <= s->event_split && k == 1 ? 1 : (uint64_t)k + 1;
+    }
+    case DCHAN_DETECT_FLAG:
+        return (uint64_t)add_gather(s, 0, g, size, 0, 0, false) + 1;
+    default:
+        return (uint64_t)add_gather(s, 0, g, size - 8, 0, 0, false) + 1;
+    }
+}
+
 static uint64_t wr_count(const struct vrb_state *s, bool in_order, size_t size, int detect)
 {
     switch (detect) {
@@ -235,16 +308,17 @@ static uint32_t add_wr(struct vrb_state *s, uint32_t n, enum ibv_wr_opcode op, c
                        uint64_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm)
 {
     struct ibv_send_wr *wr = &s->wr[n];
+    struct ibv_sge *sge = &s->sge[(size_t)n * s->max_sge];
     memset(wr, 0, sizeof *wr);
     wr->opcode = op;
     wr->imm_data = imm;
     wr->wr.rdma.remote_addr = raddr;
     wr->wr.rdma.rkey = rkey;
     if (len) {
-        s->sge[n].addr = (uintptr_t)src;
-        s->sge[n].length = (uint32_t)len;
-        s->sge[n].lkey = lkey;
-        wr->sg_list = &s->sge[n];
+        sge->addr = (uintptr_t)src;
+        sge->length = (uint32_t)len;
+        sge->lkey = lkey;
+        wr->sg_list = sge;
         wr->num_sge = 1;
         /* Small writes (sequence words, tails, small puts) are copied into
          * the WQE: no DMA read of the source. */
@@ -287,6 +361,32 @@ static uint32_t build_wrs(struct vrb_state *s, const struct vrb_sh *sh)
     size_t size = sh->size;
     uint64_t raddr = sh->raddr + sh->roff; /* the slot */
     uint32_t n = 0;
+
+    if (!src && sh->g) {
+        /* Gathered: the same shapes, with SGE lists. */
+        const struct vrb_gather *g = sh->g;
+        switch (sh->detect) {
+        case DCHAN_DETECT_EVENT:
+            n = add_gather(s, 0, g, size, raddr, sh->rkey, true);
+            if (n == 1 && size <= s->event_split) {
+                s->wr[0].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+                s->wr[0].imm_data = sh->imm;
+                return 1;
+            }
+            return add_wr(s, n, IBV_WR_RDMA_WRITE_WITH_IMM, NULL, 0, 0, raddr, sh->rkey,
+                          sh->imm);
+        case DCHAN_DETECT_FLAG:
+            n = add_gather(s, 0, g, size, raddr, sh->rkey, true);
+            return add_wr(s, n, IBV_WR_RDMA_WRITE, sh->seq_src, 8, sh->seq_lkey, sh->seq_raddr,
+                          sh->seq_rkey, 0);
+        default:
+            /* The body, then the tail (gathered at put time) as one write. */
+            n = add_gather(s, 0, g, size - 8, raddr, sh->rkey, true);
+            return add_wr(s, n, IBV_WR_RDMA_WRITE, &g->tail, 8,
+                          g->tail_reg ? ((struct ibv_mr *)dchan_reg_mr(g->tail_reg))->lkey : 0,
+                          raddr + size - 8, sh->rkey, 0);
+        }
+    }
 
     switch (sh->detect) {
     case DCHAN_DETECT_EVENT:
@@ -407,6 +507,127 @@ int dchan_verbs_post_put(struct vrb_state *s, dchan_handle_t *h)
 
 /* ---- sender ----------------------------------------------------------------------------- */
 
+static void gather_free(struct vrb_gather *g)
+{
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->nreg; i++)
+        dchan_reg_put(g->reg[i]);
+    dchan_reg_put(g->tail_reg);
+    dchan_reg_put(g->stage_reg);
+    free(g->stage);
+    free(g->reg);
+    free(g->lkey);
+    free(g);
+}
+
+struct seg_ref {
+    uintptr_t lo, hi;
+    size_t idx;
+};
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const struct seg_ref *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Segments closer than this share a registration (local access only: a
+ * wider range exposes nothing to peers, it only pins more). */
+#define VRB_GATHER_GAP 65536
+
+/* Registers [lo, hi) for local use; its lkey goes to segments [a, b) of ref. */
+static int gather_reg(struct dchan_prov *p, struct vrb_gather *g, uintptr_t lo, uintptr_t hi,
+                      const struct seg_ref *ref, size_t a, size_t b)
+{
+    struct dchan_reg *r;
+    int rc = dchan_reg_get(p, (void *)lo, hi - lo, DCHAN_ACCESS_SEND, &r);
+    if (rc != DCHAN_SUCCESS)
+        return rc;
+    g->reg[g->nreg++] = r;
+    uint32_t lkey = ((struct ibv_mr *)dchan_reg_mr(r))->lkey;
+    for (size_t k = a; k < b; k++)
+        g->lkey[ref[k].idx] = lkey;
+    return DCHAN_SUCCESS;
+}
+
+/* A gathered send side: register its segments, and stage it where its
+ * WRs would not fit the send queue. */
+static int gather_open(struct dchan_prov *p, dchan_handle_t *h, struct vrb_sh *sh, int detect)
+{
+    struct vrb_state *s = p->state;
+    const dchan_iov_t *seg;
+    size_t n = dchan_h_segs(h, &seg), size = dchan_h_size(h), total = 0;
+    struct vrb_gather *g = calloc(1, sizeof *g);
+    struct seg_ref *ref = calloc(n, sizeof *ref);
+    int rc = DCHAN_ERR_NO_MEMORY;
+
+    if (!g || !ref)
+        goto fail;
+    g->seg = seg;
+    g->nseg = n;
+    g->lkey = calloc(n, sizeof *g->lkey);
+    g->reg = calloc(n + 1, sizeof *g->reg);
+    if (!g->lkey || !g->reg)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        ref[i] = (struct seg_ref){(uintptr_t)seg[i].base, (uintptr_t)seg[i].base + seg[i].len, i};
+        total += seg[i].len;
+    }
+    qsort(ref, n, sizeof *ref, seg_cmp);
+    uintptr_t lo = ref[0].lo, hi = 0;
+    for (size_t i = 0; i < n; i++)
+        hi = ref[i].hi > hi ? ref[i].hi : hi;
+    /* Dense (a subarray of a modest array): one registration. */
+    rc = DCHAN_ERR_NO_MEMORY;
+    if (hi - lo <= 8 * (uint64_t)total + VRB_GATHER_GAP)
+        rc = gather_reg(p, g, lo, hi, ref, 0, n);
+    if (rc != DCHAN_SUCCESS) {
+        /* Clusters of nearby segments; where one cannot be registered (a
+         * hole in between), each of its segments. */
+        for (size_t a = 0; a < n;) {
+            size_t b = a + 1;
+            uintptr_t clo = ref[a].lo, chi = ref[a].hi;
+            while (b < n && ref[b].lo <= chi + VRB_GATHER_GAP) {
+                chi = ref[b].hi > chi ? ref[b].hi : chi;
+                b++;
+            }
+            if (gather_reg(p, g, clo, chi, ref, a, b) != DCHAN_SUCCESS) {
+                for (size_t k = a; k < b; k++)
+                    if ((rc = gather_reg(p, g, ref[k].lo, ref[k].hi, ref, k, k + 1)) !=
+                        DCHAN_SUCCESS)
+                        goto fail;
+            }
+            a = b;
+        }
+        rc = DCHAN_SUCCESS;
+    }
+    if (detect == DCHAN_DETECT_SENTINEL && s->max_inline < 8 &&
+        (rc = dchan_reg_get(p, &g->tail, 8, DCHAN_ACCESS_SEND, &g->tail_reg)) != DCHAN_SUCCESS)
+        goto fail;
+    if (gather_count(s, g, size, detect) > s->sq_usable) {
+        /* More WRs than the send queue holds: gather into a buffer of our own. */
+        if (posix_memalign(&g->stage, 64, size) != 0) {
+            g->stage = NULL;
+            rc = DCHAN_ERR_NO_MEMORY;
+            goto fail;
+        }
+        if ((rc = dchan_reg_get(p, g->stage, size, DCHAN_ACCESS_SEND, &g->stage_reg)) !=
+            DCHAN_SUCCESS)
+            goto fail;
+        sh->lkey = ((struct ibv_mr *)dchan_reg_mr(g->stage_reg))->lkey;
+        dchan_debug(p->ctx, VRB_NAME, "gathered send side of %zu segments: staged", n);
+    }
+    free(ref);
+    sh->g = g;
+    return DCHAN_SUCCESS;
+
+fail:
+    free(ref);
+    gather_free(g);
+    return rc;
+}
+
 int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
 {
     struct dchan_prov *p = dchan_h_prov(h);
@@ -440,10 +661,16 @@ int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
     if (wr_count(s, sh->in_order, size, detect) > s->sq_usable)
         return DCHAN_ERR_SIZE;
 
-    rc = dchan_reg_get(p, dchan_h_buf(h), size, DCHAN_ACCESS_SEND, &sh->reg);
+    const dchan_iov_t *segs;
+    if (dchan_h_segs(h, &segs)) {
+        rc = gather_open(p, h, sh, detect);
+    } else {
+        rc = dchan_reg_get(p, dchan_h_buf(h), size, DCHAN_ACCESS_SEND, &sh->reg);
+        if (rc == DCHAN_SUCCESS)
+            sh->lkey = ((struct ibv_mr *)dchan_reg_mr(sh->reg))->lkey;
+    }
     if (rc != DCHAN_SUCCESS)
         return rc;
-    sh->lkey = ((struct ibv_mr *)dchan_reg_mr(sh->reg))->lkey;
     if (detect == DCHAN_DETECT_FLAG && s->max_inline < 8) {
         void *base;
         size_t len;
@@ -465,6 +692,8 @@ int dchan_verbs_send_open(dchan_handle_t *h, const unsigned char *wf)
 put_reg:
     dchan_reg_put(sh->reg);
     sh->reg = NULL;
+    gather_free(sh->g);
+    sh->g = NULL;
     return rc;
 }
 
@@ -479,9 +708,25 @@ int dchan_verbs_put(dchan_handle_t *h, const struct dchan_put_desc *d)
      * progress and retries. */
     if (c->state != VRB_UP || c->redo_head)
         return DCHAN_ERR_AGAIN;
-    if (!d->src)
+    if (d->iov) {
+        struct vrb_gather *g = sh->g;
+        if (!g)
+            return DCHAN_ERR_INVALID_ARG;
+        /* The staging buffer and the tail word are free: the previous put
+         * completed (or the core would not start this one). */
+        if (g->stage) {
+            dchan_gather_copy(d, 0, d->size, g->stage);
+            sh->src = g->stage;
+        } else {
+            if (d->detect == DCHAN_DETECT_SENTINEL)
+                dchan_gather_copy(d, d->size - 8, d->size, &g->tail);
+            sh->src = NULL;
+        }
+    } else if (!d->src) {
         return DCHAN_ERR_INVALID_ARG; /* in place: only where map_slot maps (never here) */
-    sh->src = d->src;
+    } else {
+        sh->src = d->src;
+    }
     sh->size = d->size;
     sh->roff = d->offset;
     sh->seq_src = d->seq_src;
@@ -532,6 +777,8 @@ void dchan_verbs_send_close(dchan_handle_t *h)
     dchan_reg_put(sh->seq_reg);
     dchan_reg_put(sh->reg);
     sh->reg = sh->seq_reg = NULL;
+    gather_free(sh->g);
+    sh->g = NULL;
 }
 
 /* ---- credit ------------------------------------------------------------------------------ */
@@ -752,6 +999,14 @@ static void data_cqe(struct vrb_state *s, const struct ibv_wc *wc)
     }
     for (uint64_t q = c->retired; q <= seq; q++) {
         struct vrb_wrrec *r = &c->ring[q % s->sq_depth];
+        if (r->kind >= VRB_WR_GET) {
+            /* WRs before seq retire as done (they preceded its success or
+             * its error) or flushed (they followed an earlier error). */
+            dchan_verbs_get_cqe(s, c, r, q == seq ? ok : ok || err, q == seq ? err : 0);
+            r->h = NULL;
+            r->kind = VRB_WR_PUT;
+            continue;
+        }
         dchan_handle_t *h = r->h;
         r->h = NULL;
         if (!h)

@@ -148,6 +148,27 @@ static int post_write2(struct ibv_qp *qp, void *buf, size_t n, uint32_t lkey, ui
 	return ibv_post_send(qp, &w1, &bad);
 }
 
+/* One WR of op with the two-SGE list {p0, n0}, {p1, n1}. */
+static int post_sge2(struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t id, void *p0, size_t n0,
+		     void *p1, size_t n1, uint32_t lkey, uint64_t raddr, uint32_t rkey,
+		     uint32_t imm)
+{
+	struct ibv_sge sg[2] = { { (uintptr_t)p0, (uint32_t)n0, lkey },
+				 { (uintptr_t)p1, (uint32_t)n1, lkey } };
+	struct ibv_send_wr w, *bad;
+
+	memset(&w, 0, sizeof(w));
+	w.wr_id = id;
+	w.opcode = op;
+	w.sg_list = sg;
+	w.num_sge = 2;
+	w.send_flags = IBV_SEND_SIGNALED;
+	w.imm_data = htonl(imm);
+	w.wr.rdma.remote_addr = raddr;
+	w.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &w, &bad);
+}
+
 /* ---- write: every correct way to move and detect data ------------------- */
 
 static const size_t sizes[] = { 8, 24, 4096, 65544, MIB };
@@ -214,8 +235,36 @@ static int write_parent(int fd, pid_t child, void *arg)
 			T_CHECK(mismatches(s.buf + READ_OFF, k, n) == 0, "READ of %zu bytes", n);
 			T_CHECK(t_send_u32(fd, k) == 0, "ack");
 			k++;
+			/* f) WRITE WITH IMM gathering two SGEs listed against
+			 * address order, the first of an odd length. */
+			size_t h = n > 6 ? n / 2 - 3 : 1;
+			unsigned char *hi = s.buf + READ_OFF + MIB;
+			fill(s.buf, k, n);
+			memcpy(hi, s.buf, h);
+			T_CHECK(post_sge2(s.ep.qp, IBV_WR_RDMA_WRITE_WITH_IMM, k, hi, h, s.buf + h,
+					  n - h, s.mr->lkey, s.peer.addr, s.peer.rkey, k) == 0,
+				"post gathered write");
+			if (wait_ok(s.ep.scq, k, IBV_WC_RDMA_WRITE) || t_recv_u32(fd) != k)
+				return 1;
+			k++;
+			/* g) RDMA READ scattered over two SGEs. */
+			T_CHECK(t_recv_u32(fd) == k, "responder ready for read %u", k);
+			memset(hi, 0, h);
+			memset(s.buf + READ_OFF, 0, n - h);
+			T_CHECK(post_sge2(s.ep.qp, IBV_WR_RDMA_READ, k, hi, h, s.buf + READ_OFF,
+					  n - h, s.mr->lkey, s.peer.addr, s.peer.rkey, 0) == 0,
+				"post scattered read");
+			if (wait_ok(s.ep.scq, k, IBV_WC_RDMA_READ))
+				return 1;
+			T_CHECK(mismatches(hi, k, h) == 0, "scattered READ: first SGE");
+			for (size_t i = 0; i < n - h; i++)
+				T_CHECK(s.buf[READ_OFF + i] == t_pattern(k, h + i),
+					"scattered READ: second SGE, byte %zu", i);
+			T_CHECK(t_send_u32(fd, k) == 0, "ack");
+			k++;
 		}
-		t_log("%zu bytes: write+imm, write+0-byte imm, write+flag, send, read: ok", n);
+		t_log("%zu bytes: write+imm, write+0-byte imm, write+flag, send, read, "
+		      "2-SGE write+imm and read: ok", n);
 	}
 	T_CHECK(barrier(fd) == 0, "barrier");
 	teardown(&s);
@@ -273,6 +322,12 @@ static int write_child(int fd, void *arg)
 				"written after it on the same QP was seen");
 			T_CHECK(t_send_u32(fd, k++) == 0, "ack");
 			if (recv_check(&s, k, n, IBV_WC_RECV, s.buf + SEND_OFF))
+				return 1;
+			T_CHECK(t_send_u32(fd, k++) == 0, "ack");
+			fill(s.buf, k, n);
+			T_CHECK(t_send_u32(fd, k) == 0 && t_recv_u32(fd) == k, "read handshake");
+			k++;
+			if (recv_check(&s, k, n, IBV_WC_RECV_RDMA_WITH_IMM, s.buf))
 				return 1;
 			T_CHECK(t_send_u32(fd, k++) == 0, "ack");
 			fill(s.buf, k, n);

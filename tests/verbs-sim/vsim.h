@@ -68,6 +68,7 @@ struct vsim_config {
 	size_t chunk;             /* placement granularity */
 	uint64_t seed;
 	unsigned node;            /* simulated host: LID node+1, GIDs */
+	uint32_t max_sge;         /* SGEs per WR the devices offer (<= VSIM_MAX_SGE) */
 	int debug;
 	int ndev;
 	enum vsim_devkind devs[2];

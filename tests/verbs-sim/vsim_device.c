@@ -283,8 +283,8 @@ static void fill_device_attr(struct vsim_context *c, struct ibv_device_attr *a)
 	a->max_qp_wr = VSIM_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
 			      IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_SYS_IMAGE_GUID;
-	a->max_sge = VSIM_MAX_SGE;
-	a->max_sge_rd = VSIM_MAX_SGE;
+	a->max_sge = (int)vsim_cfg.max_sge;
+	a->max_sge_rd = (int)vsim_cfg.max_sge;
 	a->max_cq = VSIM_MAX_CQ;
 	a->max_cqe = VSIM_MAX_CQE;
 	a->max_mr = VSIM_MAX_MR;
@@ -296,7 +296,7 @@ static void fill_device_attr(struct vsim_context *c, struct ibv_device_attr *a)
 	a->atomic_cap = IBV_ATOMIC_NONE;
 	a->max_srq = VSIM_MAX_SRQ;
 	a->max_srq_wr = VSIM_MAX_QP_WR;
-	a->max_srq_sge = VSIM_MAX_SGE;
+	a->max_srq_sge = (int)vsim_cfg.max_sge;
 	a->max_pkeys = 1;
 	a->local_ca_ack_delay = 16;
 	a->phys_port_cnt = 1;

@@ -141,6 +141,10 @@ static void config_load_once(void)
 	if (!c->seed && getrandom(&c->seed, sizeof(c->seed), 0) != sizeof(c->seed))
 		c->seed = vsim_now_ns() ^ (uint64_t)getpid();
 	c->node = (unsigned)env_u64("DCHAN_VSIM_NODE", 0, 0xbffe);
+	/* A device with fewer SGEs per WR, as many HCAs have for RDMA. */
+	c->max_sge = (uint32_t)env_u64("DCHAN_VSIM_MAX_SGE", VSIM_MAX_SGE, VSIM_MAX_SGE);
+	if (c->max_sge < 1)
+		c->max_sge = 1;
 
 	/* Which devices exist, in list order: "ib", "roce" or both. */
 	c->ndev = 0;

@@ -64,9 +64,9 @@ VSIM_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init
 	if (!a->send_cq || !a->recv_cq || a->send_cq->context != ibpd->context ||
 	    a->recv_cq->context != ibpd->context ||
 	    (a->srq && a->srq->context != ibpd->context) ||
-	    cap->max_send_wr > VSIM_MAX_QP_WR || cap->max_send_sge > VSIM_MAX_SGE ||
+	    cap->max_send_wr > VSIM_MAX_QP_WR || cap->max_send_sge > vsim_cfg.max_sge ||
 	    cap->max_inline_data > VSIM_MAX_INLINE ||
-	    (!a->srq && (cap->max_recv_wr > VSIM_MAX_QP_WR || cap->max_recv_sge > VSIM_MAX_SGE))) {
+	    (!a->srq && (cap->max_recv_wr > VSIM_MAX_QP_WR || cap->max_recv_sge > vsim_cfg.max_sge))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -643,7 +643,7 @@ VSIM_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_i
 	int rc = 0, tries;
 
 	if (a->attr.max_wr < 1 || a->attr.max_wr > VSIM_MAX_QP_WR ||
-	    a->attr.max_sge > VSIM_MAX_SGE) {
+	    a->attr.max_sge > vsim_cfg.max_sge) {
 		errno = EINVAL;
 		return NULL;
 	}
