@@ -45,7 +45,17 @@ struct ofi_mr {
     uint8_t raw[]; /* FI_MR_RAW: the raw key */
 };
 
-enum { OFI_OP_PUT = 0, OFI_OP_CREDIT };
+/* Registrations of the get protocol, beside DCHAN_ACCESS_SEND and
+ * DCHAN_ACCESS_REMOTE_WRITE (the registration cache keys on the value). */
+enum {
+    OFI_ACCESS_READ_INTO = 0x100,  /* getter: read into, and write the taken word from */
+    OFI_ACCESS_REMOTE_READ = 0x200, /* source: its buffer, read by the getter */
+    OFI_ACCESS_REMOTE_RW = 0x400    /* sources' control words (a slab of them) */
+};
+
+/* OFI_OP_GREAD: a read of a source's data; OFI_OP_GPEEK: of its published
+ * word; OFI_OP_GACK: the write of its taken word (ofi_get.c). */
+enum { OFI_OP_PUT = 0, OFI_OP_CREDIT, OFI_OP_GREAD, OFI_OP_GPEEK, OFI_OP_GACK };
 
 /* One posted write; its address is the operation context. */
 struct ofi_op {
@@ -64,11 +74,16 @@ struct ofi_rx {
     struct fi_context2 fctx;
 };
 
-/* What an abandoned put still holds until its writes complete. */
+struct ofi_gather;
+
+/* What an abandoned put (or a closed getter) still holds until its
+ * operations complete. */
 struct ofi_orphan {
     struct dchan_reg *regs[2];
     uint64_t keys[2]; /* fi_mr_map_raw keys to unmap */
     unsigned nkeys;
+    struct ofi_gather *g; /* a gathered send side's registrations */
+    void *mem;            /* a getter's control words */
     unsigned outstanding;
     struct ofi_orphan *next;
 };
@@ -103,7 +118,9 @@ struct ofi_state {
 
     /* transfers */
     size_t cq_data;      /* bytes of remote CQ data used: 0, 4 or 8 */
-    size_t max_msg;      /* largest single write */
+    size_t max_msg;      /* largest single write (or read) */
+    size_t iov_limit;    /* local segments per write (tx_attr->iov_limit) */
+    bool can_read;       /* FI_READ and FI_REMOTE_READ granted: get is offered */
     enum ofi_order ord_event, ord_tail;
     bool dc_last;        /* FI_DELIVERY_COMPLETE on the last write of every put */
     bool word_at_target; /* the polled word must be written by the target: see ofi_open */
@@ -114,6 +131,12 @@ struct ofi_state {
     size_t nrx;
     dchan_handle_t *pend_head, *pend_tail; /* puts with writes left to post */
     dchan_handle_t *retry_head, *retry_tail; /* puts to post again, see ofi_rma.c */
+    dchan_handle_t *gpend_head; /* getters with reads or writes left to post (ofi_get.c) */
+    bool progressing;           /* inside dchan_ofi_progress */
+    /* get sources' control words, as getters see them (ofi_get.c) */
+    struct ofi_cslab *cslabs;
+    struct ofi_cent *cfree_head, *cfree_tail; /* reused oldest first */
+    dchan_handle_t *src_head;                 /* live sources */
     struct ofi_orphan *orphans;
 
     /* credit (DESIGN §7): this rank's area, word [r * credit_words + i]
@@ -165,9 +188,29 @@ struct ofi_sh {
     uint64_t retry_at;       /* queued: post again from then on */
     uint64_t retry_deadline; /* past it, the put fails instead */
     dchan_handle_t *pend_next;
+    struct ofi_gather *g; /* a gathered send side (dchan_h_segs), else NULL */
+    bool gathered;        /* the put in flight comes from g's segments */
 };
 
 enum { OFI_PH_IDLE = 0, OFI_PH_BULK, OFI_PH_LAST };
+
+/* A gathered send side: its segments, their local descriptors, and where
+ * the last put's writes stand in them. */
+struct ofi_gather {
+    const dchan_iov_t *segs; /* the core's list, valid until send_close */
+    size_t nseg;
+    void **desc;             /* per segment (FI_MR_LOCAL), else NULL */
+    struct dchan_reg **regs; /* behind desc */
+    size_t nregs;
+    size_t event_bulk; /* EVENT: where the last write starts (see gather_open) */
+    size_t pos, seg, off; /* cursor: message byte pos is byte off of segment seg */
+    uint64_t bounce;      /* SENTINEL: a tail that straddles segments, copied */
+    struct dchan_reg *bounce_reg;
+    void *bounce_desc;
+    char *stage; /* segments too many and small: gathered here, sent contiguous */
+    struct dchan_reg *stage_reg;
+    void *stage_desc;
+};
 
 /* Remote CQ data that names no handle (no handle id is 0): it only takes
  * a write through the target's own progress (shm, see ofi_open). */
@@ -177,6 +220,63 @@ enum { OFI_PH_IDLE = 0, OFI_PH_BULK, OFI_PH_LAST };
 struct ofi_rh {
     struct dchan_reg *buf_reg, *seq_reg;
     struct ofi_op *credit_op; /* a credit write in flight */
+};
+
+/* Getter per-handle state (ofi_get.c). */
+/* A source's control words as its getter reads and writes them: the
+ * provider's copy of the core's two words, and who they belong to. */
+struct ofi_cent {
+    uint64_t pub;   /* the published word (copied at creation and publish) */
+    uint64_t taken; /* the taken word (written by the getter, copied back) */
+    uint64_t ident; /* the source's id << 32 | generation; 0: free */
+    struct ofi_cent *next_free;
+};
+#define OFI_CENT_READ (3 * sizeof(uint64_t)) /* what a getter reads */
+#define OFI_CSLAB_BYTES 4096                  /* one registration */
+struct ofi_cslab {
+    struct ofi_cslab *next;
+    struct ofi_cent *ent; /* OFI_CSLAB_BYTES, page-aligned */
+    struct ofi_mr *mr;
+};
+
+struct ofi_gwords {
+    uint64_t pub, rtaken, ident; /* landing place of reads of the source's words */
+    uint64_t taken;              /* source of the write of its taken word */
+};
+struct ofi_gh {
+    fi_addr_t dest;
+    uint64_t raddr, rkey;         /* the source's buffer */
+    uint64_t ctl_raddr, ctl_rkey; /* its two control words */
+    struct dchan_reg *buf_reg, *w_reg; /* FI_MR_LOCAL */
+    void *buf_desc, *w_desc;
+    struct ofi_gwords *w;
+    uint64_t pub;        /* the published word as last read */
+    uint32_t taken;      /* the count last written to the taken word */
+    uint32_t outstanding; /* operations in flight */
+    uint32_t reading;     /* of them, reads of the data */
+    size_t next;          /* next byte of the data to read */
+    int err;              /* the get in flight failed */
+    uint8_t phase;        /* OFI_GPH_* */
+    uint8_t raw_mapped;
+    uint8_t backoff;      /* reposts after a lost connection, this get */
+    uint64_t retry_at;    /* post nothing before then (a connection to reconnect) */
+    uint64_t retry_deadline; /* past it, a lost connection is an error */
+    bool peeking;         /* a read of the published word in flight */
+    bool acking;          /* the taken word's write in flight */
+    bool redo;            /* a data read broke with its connection: check, read again */
+    bool peek_due, ack_due; /* to post when there is room */
+    bool pending;         /* on gpend (gpend_next) */
+    dchan_handle_t *gpend_next;
+};
+enum { OFI_GPH_IDLE = 0, OFI_GPH_DATA, OFI_GPH_CHECK };
+
+/* Source per-handle state. */
+struct ofi_srch {
+    struct dchan_reg *buf_reg;
+    struct ofi_cent *e;
+    struct ofi_cslab *slab;
+    uint64_t taken; /* last copied to the core's taken word */
+    dchan_handle_t *prev, *next; /* on src_head */
 };
 
 /* The wire's provider fields (ofi_mr.c). */
@@ -219,5 +319,17 @@ int dchan_ofi_progress(struct dchan_prov *p);
 void dchan_ofi_orphans_release(struct ofi_state *st);
 int dchan_ofi_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word);
 int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src);
+int dchan_ofi_fill_key(struct dchan_prov *p, const struct ofi_mr *m, struct ofi_wire *w,
+                       uint64_t *key, uint8_t *raw_len);
+struct ofi_op *dchan_ofi_op_of(const struct ofi_state *st, void *ctx);
+void dchan_ofi_op_free(struct ofi_state *st, struct ofi_op *op);
+void dchan_ofi_orphan_release(struct ofi_state *st, struct ofi_orphan *o);
+
+/* ofi_get.c */
+extern const struct dchan_get_ops dchan_ofi_get_ops;
+void dchan_ofi_get_op_done(struct dchan_prov *p, struct ofi_op *op, int fi_err, int rc);
+void dchan_ofi_get_pending(struct dchan_prov *p);
+void dchan_ofi_get_sources(struct dchan_prov *p);
+void dchan_ofi_cslabs_free(struct ofi_state *st);
 
 #endif

@@ -320,6 +320,43 @@ static int plan_for(const struct fi_info *i, const struct dchan_params *pv,
 }
 
 
+/*
+ * Get (DESIGN §7) reads a source's buffer and published word and writes
+ * its taken word: FI_READ here, FI_REMOTE_READ there. Asking for them in
+ * the hints that choose the provider could make a provider that writes
+ * but cannot read drop out of the list, or move the choice, so the choice
+ * is made as before and this asks the chosen provider (same provider and
+ * domain) again with read added. NULL where it refuses: then the ofi
+ * provider offers no get (dchan_create_source returns
+ * DCHAN_ERR_UNSUPPORTED) and puts run unchanged.
+ */
+static struct fi_info *with_read(const struct fi_info *i)
+{
+    struct fi_info *h = hints_new(), *list = NULL, *found = NULL;
+    if (!h)
+        return NULL;
+    h->caps |= FI_READ | FI_REMOTE_READ;
+    h->fabric_attr->prov_name = strdup(i->fabric_attr->prov_name);
+    if (i->fabric_attr->name)
+        h->fabric_attr->name = strdup(i->fabric_attr->name);
+    if (i->domain_attr->name)
+        h->domain_attr->name = strdup(i->domain_attr->name);
+    if (fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, h, &list) == 0) {
+        for (struct fi_info *r = list; r; r = r->next) {
+            if (usable(r) && (r->caps & FI_READ) && (r->caps & FI_REMOTE_READ) &&
+                strcmp(core_name(r), core_name(i)) == 0 &&
+                (!i->domain_attr->name ||
+                 (r->domain_attr->name && strcmp(r->domain_attr->name, i->domain_attr->name) == 0))) {
+                found = fi_dupinfo(r);
+                break;
+            }
+        }
+        fi_freeinfo(list);
+    }
+    fi_freeinfo(h);
+    return found;
+}
+
 /* fi_getinfo with our hints; the first usable entry, honouring the
  * fallback rule unless the user named ofi or a libfabric provider. */
 static int candidates(struct fi_info **list, bool named, bool *explicit_choice)
@@ -438,6 +475,7 @@ static void state_free(struct ofi_state *st)
         fi_close(&st->ep->fid);
     dchan_ofi_orphans_release(st);
     dchan_ofi_mr_close_all(st);
+    dchan_ofi_cslabs_free(st);
     /* Ours, not the registration cache's: closed above, freed here. */
     free(st->credit_mr);
     free(st->csrc_mr);
@@ -715,7 +753,25 @@ static int ofi_open(struct dchan_prov *p)
          * writes with remote CQ data now and then (16 MiB pingpongs hung in
          * about one run of four; none of eight with manual progress). dchan
          * drives progress in put, progress and its barriers instead. */
-        ret = endpoint_open(p, i, &st, &what);
+        struct fi_info *rd = with_read(i);
+        struct ofi_plan rpl;
+        char rwhy[160];
+        if (rd && plan_for(rd, dchan_ctx_params(p->ctx), &rpl, rwhy, sizeof rwhy) != DCHAN_SUCCESS) {
+            fi_freeinfo(rd);
+            rd = NULL;
+        }
+        ret = -FI_ENODATA;
+        if (rd) {
+            ret = endpoint_open(p, rd, &st, &what);
+            if (ret == 0)
+                pl = rpl;
+            else if (rank0)
+                dchan_info(p->ctx, OFI_NAME, "%s with FI_READ: %s failed (%s); no get",
+                           core_name(i), what, fi_strerror(-ret));
+            fi_freeinfo(rd);
+        }
+        if (ret)
+            ret = endpoint_open(p, i, &st, &what);
         if (ret == 0)
             break;
         rc = dchan_ofi_rc(p, ret, what);
@@ -738,6 +794,10 @@ static int ofi_open(struct dchan_prov *p)
     }
     st->cq_data = pl.cq_data;
     st->max_msg = pl.max_msg;
+    st->iov_limit = st->info->tx_attr->iov_limit ? st->info->tx_attr->iov_limit : 1;
+    if (st->iov_limit > 64)
+        st->iov_limit = 64; /* an iovec array on the stack per write */
+    st->can_read = (st->info->caps & FI_READ) && (st->info->caps & FI_REMOTE_READ);
     st->ord_event = pl.ord_event;
     st->ord_tail = pl.ord_tail;
     /* A network provider's default completion only says the data left:
@@ -785,7 +845,7 @@ static int ofi_open(struct dchan_prov *p)
         dchan_info(p->ctx, OFI_NAME,
                    "%s: writes of %s bytes at most, tx depth %zu, msg_order tx %#llx rx %#llx, "
                    "rx comp_order %#llx%s%s, %s data progress; delivery completion of the last "
-                   "write: %s",
+                   "write: %s; %zu segments per write; get %s",
                    core_name(st->info), mx, st->info->tx_attr->size,
                    (unsigned long long)st->info->tx_attr->msg_order,
                    (unsigned long long)st->info->rx_attr->msg_order,
@@ -794,7 +854,8 @@ static int ofi_open(struct dchan_prov *p)
                    st->nrx ? ", FI_RX_CQ_DATA" : "",
                    st->info->domain_attr->data_progress == FI_PROGRESS_AUTO ? "automatic"
                                                                             : "manual",
-                   st->dc_last ? "yes" : "no");
+                   st->dc_last ? "yes" : "no", st->iov_limit,
+                   st->can_read ? "by fi_read" : "not offered (no FI_READ)");
         dchan_info(p->ctx, OFI_NAME, "credit area of %zu words per rank; credit writes %s",
                    st->credit_words,
                    st->credit_inject ? "by fi_inject_write (write-after-write ordered)"
@@ -926,4 +987,6 @@ const struct dchan_provider_ops dchan_ofi_ops = {
     .wake_arm = ofi_wake_arm,
     .wake_disarm = dchan_prov_noop_wake_disarm,
     .sleeps = DCHAN_SLEEPS_FABRIC,
+    .gather = true, /* fi_writemsg iovecs (ofi_rma.c) */
+    .get = &dchan_ofi_get_ops, /* fi_read, where the fabric grants it (ofi_get.c) */
 };

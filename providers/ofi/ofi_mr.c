@@ -3,8 +3,10 @@
  * ofi memory registration, through the core's registration cache, and the
  * remote-access fields of the wire. Every mr_mode bit the libfabric
  * provider may ask for is followed here:
- *   FI_MR_LOCAL      send buffers (and the sender's sequence words) are
- *                    registered for FI_WRITE and their desc passed;
+ *   FI_MR_LOCAL      send buffers (and the sender's sequence words, the
+ *                    segments of a gathered send side) are registered for
+ *                    FI_WRITE, a getter's buffer for FI_READ, and their
+ *                    desc passed;
  *   FI_MR_VIRT_ADDR  targets are virtual addresses, else offsets from the
  *                    registered region's base;
  *   FI_MR_PROV_KEY   the provider's key (fi_mr_key), else one we choose;
@@ -35,7 +37,8 @@ static void mr_unlink(struct ofi_state *st, struct ofi_mr *m)
 int dchan_ofi_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned access, void **out)
 {
     struct ofi_state *st = p->state;
-    bool remote = access == DCHAN_ACCESS_REMOTE_WRITE;
+    bool remote = (access & (DCHAN_ACCESS_REMOTE_WRITE | OFI_ACCESS_REMOTE_READ |
+                             OFI_ACCESS_REMOTE_RW)) != 0;
     bool raw = remote && (st->mr_mode & FI_MR_RAW);
     size_t raw_cap = raw ? (st->key_size ? st->key_size : sizeof(uint64_t)) : 0;
     struct iovec iov = {.iov_base = addr, .iov_len = len};
@@ -51,8 +54,16 @@ int dchan_ofi_mr_reg(struct dchan_prov *p, void *addr, size_t len, unsigned acce
     attr.mr_iov = &iov;
     attr.iov_count = 1;
     /* Receive buffers take remote writes only; send buffers are read by
-     * our own writes only. */
-    attr.access = remote ? FI_REMOTE_WRITE : FI_WRITE;
+     * our own writes only; a source's buffer is read by its getter only,
+     * its control words read and written; a getter reads into its buffer
+     * and writes the taken word from its own words. */
+    switch (access) {
+    case DCHAN_ACCESS_REMOTE_WRITE: attr.access = FI_REMOTE_WRITE; break;
+    case OFI_ACCESS_REMOTE_READ: attr.access = FI_REMOTE_READ; break;
+    case OFI_ACCESS_REMOTE_RW: attr.access = FI_REMOTE_READ | FI_REMOTE_WRITE; break;
+    case OFI_ACCESS_READ_INTO: attr.access = FI_READ | FI_WRITE; break;
+    default: attr.access = FI_WRITE; break;
+    }
     if (!(st->mr_mode & FI_MR_PROV_KEY)) {
         /* Keys we choose must be unique in the domain and fit mr_key_size. */
         if (st->key_size < sizeof(uint64_t) && st->next_key >> (8 * st->key_size)) {

@@ -30,8 +30,25 @@
  *   select         dchan_init chose the provider --expect names (automatic
  *                  selection must not take the tcp/sockets/udp fallbacks; each
  *                  rank claims a host of its own, or shm would serve them)
+ *   gather         a gathered send side (dchan_assoc_local_iov) of segments
+ *                  of 1 byte to 5000 bytes in reverse memory order, the tail
+ *                  straddling the last three, many more segments per put than
+ *                  the fabric's iov_limit (staged by the provider unless
+ *                  --max-msg makes contiguous puts take as many writes: then
+ *                  iovec lists, writes ending inside segments); with
+ *                  --mr-local the segments or the staging buffer are
+ *                  registered; every byte of every put checked
+ *   get            a ring of get channels (dchan_create_source/dchan_get),
+ *                  every byte of every version checked; with --max-msg each
+ *                  get is several reads, with --mr-local it reads into
+ *                  registered memory; then each source is destroyed after a
+ *                  number of versions that differs per rank while its
+ *                  getter keeps getting (a get may be in flight): the getter
+ *                  ends with DCHAN_ERR_PEER, everything it got checked
  *   latency        pingpong of ranks 0 and 1 in each detection mode, for
  *                  choosing AUTO (a measurement, not run by make check)
+ *   get-latency    half a ping-pong of gets between ranks 0 and 1, with
+ *                  progress throughout (a measurement, not run by make check)
  *
  * Built with MPI (the mpi bootstrap) and without (_nompi, the pmix one);
  * wires travel through dchan_allgather in both. The core is linked
@@ -62,6 +79,8 @@ static size_t mode_size(size_t n)
 struct chan {
     dchan_handle_t *rh, *sh;
     unsigned char *rbuf, *sbuf;
+    dchan_iov_t *iov; /* gathered send side, when set */
+    int niov;
     size_t size;
     int from, to, id;
     long arrivals;
@@ -120,6 +139,10 @@ static void connect_chans(dchan_ctx_t *ctx, struct chan *c, int n, int per_rank_
         }
         if (!w)
             die("no wire from rank %d for channel %d", c[k].to, c[k].id);
+        if (c[k].iov) {
+            CHECK(dchan_assoc_local_iov(ctx, w, c[k].iov, c[k].niov, &c[k].sh));
+            continue;
+        }
         if (!c[k].sbuf)
             c[k].sbuf = xalloc(c[k].size);
         CHECK(dchan_assoc_local(ctx, w, c[k].sbuf, c[k].size, &c[k].sh));
@@ -200,6 +223,192 @@ static void exchange(dchan_ctx_t *ctx, size_t size)
     wait_for(ctx, cred, iters);
     CHECK(dchan_barrier(ctx));
     release(c, 2, 1);
+}
+
+/* ---- gather: gathered puts split by iov_limit and max_msg ---------------------------- */
+
+/* Segments of size bytes in a pool, in reverse memory order with gaps; the
+ * last three are 3, 1 and 4 bytes long where size allows (a SENTINEL tail
+ * across them). Returns the pool. */
+static unsigned char *make_segments(size_t size, dchan_iov_t **iov_out, int *n_out)
+{
+    static const size_t lens[] = {1, 5000, 7, 64, 2, 4096, 13, 8, 300, 1};
+    size_t n = 0, cap = 16, left = size;
+    size_t *len = malloc(cap * sizeof *len);
+    if (!len)
+        die("out of memory");
+    size_t tail[3] = {3, 1, 4};
+    size_t ntail = size > 16 ? 3 : 0, tail_bytes = ntail ? 8 : 0;
+    for (size_t k = 0; left > tail_bytes; k++) {
+        size_t l = lens[k % (sizeof lens / sizeof lens[0])];
+        if (l > left - tail_bytes)
+            l = left - tail_bytes;
+        if (n + 4 > cap && !(len = realloc(len, (cap *= 2) * sizeof *len)))
+            die("out of memory");
+        len[n++] = l;
+        left -= l;
+    }
+    for (size_t k = 0; k < ntail; k++)
+        len[n++] = tail[k];
+    unsigned char *pool = xalloc(size + 16 * n + 16);
+    dchan_iov_t *iov = calloc(n, sizeof *iov);
+    if (!iov)
+        die("out of memory");
+    /* Segment 0 last in memory, each after a gap of 1 to 16 bytes. */
+    size_t at = 0;
+    for (size_t k = n; k-- > 0;) {
+        at += 1 + k % 16;
+        iov[k].base = pool + at;
+        iov[k].len = len[k];
+        at += len[k];
+    }
+    free(len);
+    *iov_out = iov;
+    *n_out = (int)n;
+    return pool;
+}
+
+static void scatter(const unsigned char *msg, const dchan_iov_t *iov, int n)
+{
+    for (int k = 0; k < n; k++) {
+        memcpy((void *)iov[k].base, msg, iov[k].len);
+        msg += iov[k].len;
+    }
+}
+
+static void gather(dchan_ctx_t *ctx, size_t size)
+{
+    int left = (me + nranks - 1) % nranks, right = (me + 1) % nranks;
+    struct chan c[2];
+    memset(c, 0, sizeof c);
+    c[0] = (struct chan){.size = size, .id = 0, .from = left, .to = right};
+    c[1] = (struct chan){.size = 8, .id = 1, .from = right, .to = left};
+    unsigned char *pool = make_segments(size, &c[0].iov, &c[0].niov);
+    unsigned char *msg = xalloc(size);
+    connect_chans(ctx, c, 2, 2);
+    struct chan *data = &c[0], *cred = &c[1];
+    for (long i = 0; i < iters; i++) {
+        if (i > 0) {
+            wait_for(ctx, cred, i);
+            verify(cred->rbuf, 8, right, 1, i - 1);
+            CHECK(dchan_ready(cred->rh));
+        }
+        send_done(data->sh);
+        fill(msg, size, me, 0, i);
+        scatter(msg, data->iov, data->niov);
+        CHECK(dchan_put(data->sh));
+        wait_for(ctx, data, i + 1);
+        verify(data->rbuf, size, left, 0, i);
+        CHECK(dchan_ready(data->rh));
+        send_done(cred->sh);
+        fill(cred->sbuf, 8, me, 1, i);
+        CHECK(dchan_put(cred->sh));
+    }
+    wait_for(ctx, cred, iters);
+    CHECK(dchan_barrier(ctx));
+    release(c, 2, 1);
+    free(data->iov);
+    free(pool);
+    free(msg);
+}
+
+/* ---- get: reads split by max_msg, a source destroyed under its getter ------------------ */
+
+struct gchan {
+    dchan_handle_t *src, *get;
+    unsigned char *sbuf, *gbuf;
+    size_t size;
+    long published, taken, stop; /* source: destroyed once stop versions were taken */
+    long got;
+};
+
+static void gsrc_done(dchan_handle_t *h, void *arg)
+{
+    struct gchan *g = arg;
+    if (h != g->src)
+        die("get: done_fn got another handle");
+    if (++g->taken != g->published)
+        die("get: done_fn for version %ld, %ld published", g->taken, g->published);
+    if (g->taken >= g->stop)
+        return; /* the loop destroys it */
+    fill(g->sbuf, g->size, me, 2, g->published);
+    CHECK(dchan_ready(h));
+    g->published++;
+}
+
+static void gget_arrival(dchan_handle_t *h, void *arg)
+{
+    struct gchan *g = arg;
+    if (h != g->get)
+        die("get: arrival_fn got another handle");
+    verify(g->gbuf, g->size, (me + nranks - 1) % nranks, 2, g->got);
+    g->got++;
+}
+
+static void get_test(dchan_ctx_t *ctx, size_t size)
+{
+    int left = (me + nranks - 1) % nranks, right = (me + 1) % nranks;
+    struct gchan g = {.size = size};
+    dchan_wire_t mine, *all = calloc((size_t)nranks, sizeof *all);
+    if (!all)
+        die("out of memory");
+    g.sbuf = xalloc(size);
+    g.gbuf = xalloc(size);
+    /* Phase 1 runs iters versions; the left neighbour's source stops at a
+     * count of its own, so sources die at different points of a get. */
+    g.stop = 2 * iters + 1 + 3 * me;
+    long left_stop = 2 * iters + 1 + 3 * left;
+    fill(g.sbuf, size, me, 2, 0);
+    CHECK(dchan_create_source(ctx, right, g.sbuf, size, gsrc_done, &g, &g.src));
+    g.published = 1;
+    CHECK(dchan_handle_export(g.src, &mine));
+    CHECK(dchan_allgather(ctx, &mine, all, sizeof mine));
+    CHECK(dchan_assoc_remote(ctx, &all[left], g.gbuf, size, gget_arrival, &g, &g.get));
+    free(all);
+    unsigned long long start = now_ns();
+    while (g.got < iters || g.taken < iters) {
+        if (g.got < iters) {
+            int rc = dchan_get(g.get);
+            if (rc != DCHAN_ERR_AGAIN)
+                CHECK(rc);
+        }
+        CHECK(dchan_progress(ctx));
+        if (now_ns() - start > limit_ns)
+            die("get: %ld got, %ld taken of %ld", g.got, g.taken, iters);
+    }
+    CHECK(dchan_barrier(ctx));
+    /* Phase 2: get until the source is gone. */
+    errors_seen = 0;
+    int gone = 0;
+    while (!gone || g.src) {
+        if (!gone) {
+            int rc = dchan_get(g.get);
+            if (rc == DCHAN_ERR_PEER)
+                gone = 1;
+            else if (rc != DCHAN_ERR_AGAIN)
+                CHECK(rc);
+        }
+        int rc = dchan_progress(ctx);
+        if (rc < 0 && rc != DCHAN_ERR_PEER)
+            die("dchan_progress: %s", dchan_strerror(rc));
+        if (g.src && g.taken >= g.stop) {
+            CHECK(dchan_handle_destroy(g.src));
+            g.src = NULL;
+        }
+        if (now_ns() - start > limit_ns)
+            die("get: the destroyed source was not seen (%ld got, %ld taken)", g.got, g.taken);
+    }
+    /* Everything that arrived was checked; nothing arrives that was never
+     * published. */
+    if (g.got != left_stop)
+        die("get: %ld versions got from a source destroyed after %ld", g.got, left_stop);
+    if (errors_seen < 1 || last_error != DCHAN_ERR_PEER || error_handle != g.get)
+        die("get: the getter's error was not reported as DCHAN_ERR_PEER");
+    EXPECT(dchan_get(g.get), DCHAN_ERR_PEER);
+    CHECK(dchan_barrier(ctx));
+    CHECK(dchan_handle_destroy(g.get));
+    free(g.sbuf);
+    free(g.gbuf);
 }
 
 /* ---- credit: deep channels, puts at slot offsets ------------------------------------ */
@@ -671,12 +880,96 @@ static void latency(const long *sizes, int nsizes)
     free(t);
 }
 
+/* ---- get latency (not part of make check) ---------------------------------------------------- */
+
+/* Half a ping-pong of gets between ranks 0 and 1: each publishes a version
+ * once it pulled the other's, driving dchan progress throughout (a source
+ * serves reads only from its progress on tcp). As in the latency test,
+ * each version changes its first and last byte only, which are checked
+ * (bench/dchan_strided does the same): the time is the transfer's. */
+static void glat_done(dchan_handle_t *h, void *arg)
+{
+    struct gchan *g = arg;
+    (void)h;
+    g->taken++;
+}
+
+static void glat_arrival(dchan_handle_t *h, void *arg)
+{
+    struct gchan *g = arg;
+    unsigned char v = (unsigned char)g->got;
+    (void)h;
+    if (g->gbuf[0] != v || g->gbuf[g->size - 1] != v)
+        die("get-latency: version %ld: %u/%u", g->got, g->gbuf[0], g->gbuf[g->size - 1]);
+    g->got++;
+}
+
+static void get_latency(dchan_ctx_t *ctx, size_t size)
+{
+    int peer = me == 0 ? 1 : 0;
+    struct gchan g = {.size = size};
+    dchan_wire_t mine, *all = calloc((size_t)nranks, sizeof *all);
+    double *t = calloc((size_t)iters, sizeof *t);
+    long warm = iters / 10;
+    if (!all || !t || nranks != 2)
+        die("get-latency: 2 ranks");
+    g.sbuf = xalloc(size);
+    g.gbuf = xalloc(size);
+    g.sbuf[0] = g.sbuf[size - 1] = 0;
+    CHECK(dchan_create_source(ctx, peer, g.sbuf, size, glat_done, &g, &g.src));
+    g.published = 1;
+    CHECK(dchan_handle_export(g.src, &mine));
+    CHECK(dchan_allgather(ctx, &mine, all, sizeof mine));
+    CHECK(dchan_assoc_remote(ctx, &all[peer], g.gbuf, size, glat_arrival, &g, &g.get));
+    CHECK(dchan_barrier(ctx));
+    for (long i = -warm; i < iters; i++) {
+        double t0 = (double)now_ns();
+        for (int step = 0; step < 2; step++) {
+            if ((step == 0) == (me == 0)) { /* publish: rank 0 first */
+                if (i == -warm)
+                    continue; /* version 0 was published at creation */
+                while (g.taken < g.published)
+                    CHECK(dchan_progress(ctx));
+                g.sbuf[0] = g.sbuf[size - 1] = (unsigned char)g.published;
+                CHECK(dchan_ready(g.src));
+                g.published++;
+            } else { /* pull the peer's next version */
+                long want = g.got + 1;
+                int rc;
+                while ((rc = dchan_get(g.get)) == DCHAN_ERR_AGAIN)
+                    CHECK(dchan_progress(ctx));
+                CHECK(rc);
+                while (g.got < want)
+                    CHECK(dchan_progress(ctx));
+            }
+        }
+        if (i >= 0)
+            t[i] = ((double)now_ns() - t0) / 2000.0;
+    }
+    while (g.taken < g.published)
+        CHECK(dchan_progress(ctx));
+    CHECK(dchan_barrier(ctx));
+    CHECK(dchan_handle_destroy(g.get));
+    CHECK(dchan_handle_destroy(g.src));
+    if (me == 0) {
+        qsort(t, (size_t)iters, sizeof *t, cmp_double);
+        printf("RESULT bench=getpong impl=dchan provider=ofi size=%zu oneway_us=%.3f min_us=%.3f "
+               "max_us=%.3f\n",
+               size, t[iters / 2], t[0], t[iters - 1]);
+        fflush(stdout);
+    }
+    free(all);
+    free(t);
+    free(g.sbuf);
+    free(g.gbuf);
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void usage(void)
 {
     fprintf(stderr, "usage: ofi_targeted --test exchange|credit|registrations|handle-error|"
-                    "wire|abandon|select|latency\n"
+                    "wire|abandon|gather|get|select|latency|get-latency\n"
                     "       [--sizes a,b] [--iters N] [--cq-data 4|8] [--max-msg N]\n"
                     "       [--order auto|ordered|fence|completion] [--mr-local]\n"
                     "       [--fi-provider NAME] [--expect PROVIDER] [--drain-ms N]\n");
@@ -785,6 +1078,12 @@ int main(int argc, char **argv)
             wire(ctx);
         else if (strcmp(test, "abandon") == 0)
             abandon(ctx, size);
+        else if (strcmp(test, "gather") == 0)
+            gather(ctx, size);
+        else if (strcmp(test, "get") == 0)
+            get_test(ctx, size);
+        else if (strcmp(test, "get-latency") == 0)
+            get_latency(ctx, size);
         else
             usage();
         if (me == 0)
