@@ -323,6 +323,9 @@ int dchan_ofi_fill_key(struct dchan_prov *p, const struct ofi_mr *m, struct ofi_
                        uint64_t *key, uint8_t *raw_len);
 struct ofi_op *dchan_ofi_op_of(const struct ofi_state *st, void *ctx);
 void dchan_ofi_op_free(struct ofi_state *st, struct ofi_op *op);
+/* The op at the head of the free pool, taken by a write or read just posted. */
+void dchan_ofi_op_take(struct ofi_state *st, struct ofi_op *op, dchan_handle_t *h, int kind,
+                       int peer);
 void dchan_ofi_orphan_release(struct ofi_state *st, struct ofi_orphan *o);
 
 /* ofi_get.c */

@@ -303,12 +303,7 @@ static int post_op(struct ofi_state *st, dchan_handle_t *h, uint8_t kind, void *
         ret = fi_readmsg(st->ep, &msg, flags | FI_COMPLETION);
     if (ret)
         return (int)ret;
-    st->free_ops = op->next_free;
-    op->next_free = NULL;
-    op->h = h;
-    op->kind = kind;
-    op->peer = dchan_h_peer(h);
-    op->after_loss = st->conn_lost[op->peer];
+    dchan_ofi_op_take(st, op, h, kind, dchan_h_peer(h));
     g->outstanding++;
     return 0;
 }

@@ -74,6 +74,17 @@ void dchan_ofi_op_free(struct ofi_state *st, struct ofi_op *op)
     st->free_ops = op;
 }
 
+void dchan_ofi_op_take(struct ofi_state *st, struct ofi_op *op, dchan_handle_t *h, int kind,
+                       int peer)
+{
+    st->free_ops = op->next_free;
+    op->next_free = NULL;
+    op->h = h;
+    op->kind = (uint8_t)kind;
+    op->peer = peer;
+    op->after_loss = st->conn_lost[peer];
+}
+
 /* Post one write of n local segments (len bytes in all) to one remote
  * range for h; -FI_EAGAIN when the provider or our context pool is full. */
 static int post_v(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s,
@@ -99,12 +110,7 @@ static int post_v(struct ofi_state *st, dchan_handle_t *h, struct ofi_sh *s,
     ret = fi_writemsg(st->ep, &msg, flags | FI_COMPLETION);
     if (ret)
         return (int)ret;
-    st->free_ops = op->next_free;
-    op->next_free = NULL;
-    op->h = h;
-    op->kind = OFI_OP_PUT;
-    op->peer = dchan_h_peer(h);
-    op->after_loss = st->conn_lost[op->peer];
+    dchan_ofi_op_take(st, op, h, OFI_OP_PUT, dchan_h_peer(h));
     s->outstanding++;
     return 0;
 }
@@ -250,17 +256,11 @@ static int gather_open(struct dchan_prov *p, dchan_handle_t *h, struct ofi_sh *s
     return DCHAN_SUCCESS;
 }
 
-/* The segments of message bytes [from, to), at most st->iov_limit of them;
- * returns how many, and the bytes they cover in *len. The cursor follows
- * the writes in order; a put posted again from byte 0 starts it over. */
-static size_t gather_iov(const struct ofi_state *st, struct ofi_gather *g, size_t from, size_t to,
-                         struct iovec *iov, void **desc, size_t *len)
+/* The cursor moves past what a posted write covered. */
+static void gather_commit(struct ofi_gather *g, size_t to)
 {
-    if (from < g->pos) {
-        g->pos = g->seg = g->off = 0;
-    }
-    while (g->pos < from) { /* skip forward (the tail of SENTINEL, say) */
-        size_t left = g->segs[g->seg].len - g->off, step = from - g->pos;
+    while (g->pos < to) {
+        size_t left = g->segs[g->seg].len - g->off, step = to - g->pos;
         if (step < left) {
             g->off += step;
             g->pos += step;
@@ -270,6 +270,18 @@ static size_t gather_iov(const struct ofi_state *st, struct ofi_gather *g, size_
             g->off = 0;
         }
     }
+}
+
+/* The segments of message bytes [from, to), at most st->iov_limit of them;
+ * returns how many, and the bytes they cover in *len. The cursor follows
+ * the writes in order; a put posted again from byte 0 starts it over. */
+static size_t gather_iov(const struct ofi_state *st, struct ofi_gather *g, size_t from, size_t to,
+                         struct iovec *iov, void **desc, size_t *len)
+{
+    if (from < g->pos) {
+        g->pos = g->seg = g->off = 0;
+    }
+    gather_commit(g, from); /* skip forward (the tail of SENTINEL, say) */
     size_t n = 0, pos = g->pos, seg = g->seg, off = g->off;
     while (pos < to && n < st->iov_limit) {
         size_t take = g->segs[seg].len - off;
@@ -290,21 +302,6 @@ static size_t gather_iov(const struct ofi_state *st, struct ofi_gather *g, size_
     return n;
 }
 
-/* The cursor moves past what a posted write covered. */
-static void gather_commit(struct ofi_gather *g, size_t to)
-{
-    while (g->pos < to) {
-        size_t left = g->segs[g->seg].len - g->off, step = to - g->pos;
-        if (step < left) {
-            g->off += step;
-            g->pos += step;
-        } else {
-            g->pos += left;
-            g->seg++;
-            g->off = 0;
-        }
-    }
-}
 
 /* Post one write of message bytes [from, at most to) of a gathered put;
  * *len: the bytes it covers. */
@@ -963,12 +960,7 @@ int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *sr
         return DCHAN_ERR_AGAIN;
     if (ret)
         return dchan_ofi_rc(p, (int)ret, "fi_writemsg (credit)");
-    st->free_ops = op->next_free;
-    op->next_free = NULL;
-    op->h = h;
-    op->kind = OFI_OP_CREDIT;
-    op->peer = peer;
-    op->after_loss = st->conn_lost[peer];
+    dchan_ofi_op_take(st, op, h, OFI_OP_CREDIT, peer);
     DCHAN_PROV_PRIV(h, struct ofi_rh)->credit_op = op;
     return DCHAN_SUCCESS;
 }
