@@ -222,6 +222,7 @@ struct dchan_ctx {
     bool wake_armed;
     bool cwant; /* some send handle has cwant set: dchan_wakeup_arm looks at them */
     bool gwant; /* some getter has gwant set: likewise */
+    uint32_t src_serial; /* sources created, for the tags of their words (lib/get.c) */
     int asleep;
     pthread_t wake_thread; /* the thread that armed: only its progress disarms */
     dchan_ctx_t *reg_next; /* live contexts (dchan_ctx_registered) */

@@ -97,6 +97,13 @@ DCHAN_API int dchan_create_source(dchan_ctx_t *ctx, int receiver_rank, const voi
     h->gctl = ctl;
     if ((rc = dchan_handle_id_alloc(ctx, h)) != DCHAN_SUCCESS)
         goto free_ctl;
+    /* The tag of the words: a serial of the context's sources above the
+     * id's generation byte (which the wire checks). A slot's generation
+     * alone repeats across slots, and a getter of a destroyed source that
+     * reads the words where they lie (shm) must never take a later
+     * source's words, allocated in the same place, for its own. */
+    ctx->src_serial = (ctx->src_serial + 1) & 0xffffffu;
+    h->gen = (ctx->src_serial << 8) | (h->gen & 0xffu);
     h->n_pub = 1; /* published at creation */
     __atomic_store_n(&h->gctl[1], word(h->gen, 0), __ATOMIC_RELAXED);
     __atomic_store_n(&h->gctl[0], word(h->gen, 1), __ATOMIC_RELEASE);

@@ -482,6 +482,46 @@ static void test_get_self(void **state)
     assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
+/* The words of a source carry a tag no later source of the context takes,
+ * wherever its words are allocated: a getter of a destroyed source (on
+ * shm it reads the words where they lie) never takes a later source's
+ * words for its own. Here the later source gets a fresh slot of the
+ * handle table, whose generation starts where the first one's did. */
+static void test_get_tags(void **state)
+{
+    dchan_ctx_t *ctx = unit_ctx(DCHAN_DETECT_AUTO);
+    unsigned char src[40], dst[40], rbuf[40];
+    int done = 0, arrived = 0;
+    dchan_handle_t *a, *g, *r, *b[4];
+    dchan_wire_t w;
+
+    unit_fill(src, 40, 7, 0);
+    assert_int_equal(dchan_create_source(ctx, 0, src, 40, on_arrival, &done, &a), DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_export(a, &w), DCHAN_SUCCESS);
+    assert_int_equal(dchan_assoc_remote(ctx, &w, dst, 40, on_arrival, &arrived, &g),
+                     DCHAN_SUCCESS);
+    uint32_t tag = a->gen;
+    assert_int_equal(dchan_handle_destroy(a), DCHAN_SUCCESS);
+    /* The freed slot goes to a receive handle; the sources after it take
+     * slots never used. */
+    assert_int_equal(dchan_create_handle(ctx, 0, rbuf, 40, OOB, on_arrival, &arrived, &r),
+                     DCHAN_SUCCESS);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(dchan_create_source(ctx, 0, src, 40, on_arrival, &done, &b[i]),
+                         DCHAN_SUCCESS);
+        assert_int_not_equal(b[i]->gen, tag);
+        for (int j = 0; j < i; j++)
+            assert_int_not_equal(b[i]->gen, b[j]->gen);
+        assert_int_equal(b[i]->gen & 0xffu, DCHAN_ID_GEN(b[i]->id)); /* the wire's rule */
+    }
+    assert_int_equal(dchan_get(g), DCHAN_ERR_PEER);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(dchan_handle_destroy(b[i]), DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_destroy(r), DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_destroy(g), DCHAN_SUCCESS);
+    assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
+}
+
 int main(void)
 {
     unit_clean_env();
@@ -495,6 +535,7 @@ int main(void)
         UNIT_TEST_MODES(test_subarray_channel),
         UNIT_TEST_MODES(test_completion_budget),
         cmocka_unit_test(test_get_self),
+        cmocka_unit_test(test_get_tags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
