@@ -327,6 +327,15 @@ void dchan_ofi_op_free(struct ofi_state *st, struct ofi_op *op);
 void dchan_ofi_op_take(struct ofi_state *st, struct ofi_op *op, dchan_handle_t *h, int kind,
                        int peer);
 void dchan_ofi_orphan_release(struct ofi_state *st, struct ofi_orphan *o);
+/* The remote keys a wire names for a handle: the buffer's (*bkey) and,
+ * with word, its word's (*wkey: the FLAG sequence word, a source's control
+ * words); *mapped says which came from fi_mr_map_raw (1: bkey, 2: wkey).
+ * On failure what was mapped stays in *mapped for keys_unmap. */
+int dchan_ofi_keys_map(struct dchan_prov *p, const struct ofi_wire *w, bool raw, bool word,
+                       uint64_t *bkey, uint64_t *wkey, uint8_t *mapped);
+void dchan_ofi_keys_unmap(struct ofi_state *st, uint64_t bkey, uint64_t wkey, uint8_t *mapped);
+/* Hand the mapped keys to an orphan, which unmaps them once its writes end. */
+void dchan_ofi_keys_orphan(struct ofi_orphan *o, uint64_t bkey, uint64_t wkey, uint8_t *mapped);
 
 /* ofi_get.c */
 extern const struct dchan_get_ops dchan_ofi_get_ops;

@@ -553,7 +553,7 @@ static int ofi_get_open(dchan_handle_t *h, const unsigned char *wire_fields)
     struct ofi_gh *g = gh(h);
     bool raw = (st->mr_mode & FI_MR_RAW) != 0;
     struct ofi_wire w;
-    int rc, ret;
+    int rc;
 
     if (!st->can_read)
         return DCHAN_ERR_UNSUPPORTED;
@@ -563,22 +563,9 @@ static int ofi_get_open(dchan_handle_t *h, const unsigned char *wire_fields)
     g->dest = st->peers[dchan_h_peer(h)];
     g->raddr = w.buf_addr;
     g->ctl_raddr = w.seq_addr;
-    if (raw) {
-        ret = fi_mr_map_raw(st->domain, w.buf_key, w.raw, w.buf_raw_len, &g->rkey, 0);
-        if (ret)
-            return dchan_ofi_rc(p, ret, "fi_mr_map_raw");
-        g->raw_mapped = 1;
-        ret = fi_mr_map_raw(st->domain, w.seq_key, w.raw + w.buf_raw_len, w.seq_raw_len,
-                            &g->ctl_rkey, 0);
-        if (ret) {
-            rc = dchan_ofi_rc(p, ret, "fi_mr_map_raw");
-            goto unmap;
-        }
-        g->raw_mapped |= 2;
-    } else {
-        g->rkey = w.buf_key;
-        g->ctl_rkey = w.seq_key;
-    }
+    rc = dchan_ofi_keys_map(p, &w, raw, true, &g->rkey, &g->ctl_rkey, &g->raw_mapped);
+    if (rc != DCHAN_SUCCESS)
+        goto unmap;
     rc = DCHAN_ERR_NO_MEMORY;
     if (!(g->w = calloc(1, sizeof *g->w)))
         goto unmap;
@@ -603,11 +590,7 @@ free_w:
     free(g->w);
     g->w = NULL;
 unmap:
-    if (g->raw_mapped & 1)
-        fi_mr_unmap_key(st->domain, g->rkey);
-    if (g->raw_mapped & 2)
-        fi_mr_unmap_key(st->domain, g->ctl_rkey);
-    g->raw_mapped = 0;
+    dchan_ofi_keys_unmap(st, g->rkey, g->ctl_rkey, &g->raw_mapped);
     return rc;
 }
 
@@ -625,17 +608,13 @@ static void ofi_get_close(dchan_handle_t *h)
     if (g->outstanding && (o = calloc(1, sizeof *o)) != NULL) {
         o->regs[0] = g->buf_reg;
         o->regs[1] = g->w_reg;
-        if (g->raw_mapped & 1)
-            o->keys[o->nkeys++] = g->rkey;
-        if (g->raw_mapped & 2)
-            o->keys[o->nkeys++] = g->ctl_rkey;
+        dchan_ofi_keys_orphan(o, g->rkey, g->ctl_rkey, &g->raw_mapped);
         o->mem = g->w;
         o->outstanding = g->outstanding;
         o->next = st->orphans;
         st->orphans = o;
         g->buf_reg = g->w_reg = NULL;
         g->w = NULL;
-        g->raw_mapped = 0;
     } else if (g->outstanding) {
         /* No memory for the record: the words stay allocated for good
          * rather than be written after free. */
@@ -654,11 +633,7 @@ static void ofi_get_close(dchan_handle_t *h)
     g->buf_reg = g->w_reg = NULL;
     free(g->w);
     g->w = NULL;
-    if (g->raw_mapped & 1)
-        fi_mr_unmap_key(st->domain, g->rkey);
-    if (g->raw_mapped & 2)
-        fi_mr_unmap_key(st->domain, g->ctl_rkey);
-    g->raw_mapped = 0;
+    dchan_ofi_keys_unmap(st, g->rkey, g->ctl_rkey, &g->raw_mapped);
 }
 
 static int ofi_get_peek(dchan_handle_t *h, uint64_t *published)

@@ -74,6 +74,49 @@ void dchan_ofi_op_free(struct ofi_state *st, struct ofi_op *op)
     st->free_ops = op;
 }
 
+int dchan_ofi_keys_map(struct dchan_prov *p, const struct ofi_wire *w, bool raw, bool word,
+                       uint64_t *bkey, uint64_t *wkey, uint8_t *mapped)
+{
+    struct ofi_state *st = p->state;
+    int ret;
+
+    *mapped = 0;
+    if (!raw) {
+        *bkey = w->buf_key;
+        *wkey = w->seq_key;
+        return DCHAN_SUCCESS;
+    }
+    if ((ret = fi_mr_map_raw(st->domain, w->buf_key, (uint8_t *)w->raw, w->buf_raw_len, bkey, 0)))
+        return dchan_ofi_rc(p, ret, "fi_mr_map_raw");
+    *mapped = 1;
+    if (word) {
+        ret = fi_mr_map_raw(st->domain, w->seq_key, (uint8_t *)w->raw + w->buf_raw_len,
+                            w->seq_raw_len, wkey, 0);
+        if (ret)
+            return dchan_ofi_rc(p, ret, "fi_mr_map_raw");
+        *mapped |= 2;
+    }
+    return DCHAN_SUCCESS;
+}
+
+void dchan_ofi_keys_unmap(struct ofi_state *st, uint64_t bkey, uint64_t wkey, uint8_t *mapped)
+{
+    if (*mapped & 1)
+        fi_mr_unmap_key(st->domain, bkey);
+    if (*mapped & 2)
+        fi_mr_unmap_key(st->domain, wkey);
+    *mapped = 0;
+}
+
+void dchan_ofi_keys_orphan(struct ofi_orphan *o, uint64_t bkey, uint64_t wkey, uint8_t *mapped)
+{
+    if (*mapped & 1)
+        o->keys[o->nkeys++] = bkey;
+    if (*mapped & 2)
+        o->keys[o->nkeys++] = wkey;
+    *mapped = 0;
+}
+
 void dchan_ofi_op_take(struct ofi_state *st, struct ofi_op *op, dchan_handle_t *h, int kind,
                        int peer)
 {
@@ -724,7 +767,7 @@ int dchan_ofi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
     struct dchan_prov *p = dchan_h_prov(h);
     struct ofi_state *st = p->state;
     struct ofi_sh *s = sh(h);
-    int detect = dchan_h_detect(h), rc, ret;
+    int detect = dchan_h_detect(h), rc;
     bool raw = (st->mr_mode & FI_MR_RAW) != 0, flag = detect == DCHAN_DETECT_FLAG;
     struct ofi_wire w;
 
@@ -734,24 +777,9 @@ int dchan_ofi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
     s->dest = st->peers[dchan_h_peer(h)];
     s->raddr = w.buf_addr;
     s->seq_raddr = w.seq_addr;
-    if (raw) {
-        ret = fi_mr_map_raw(st->domain, w.buf_key, w.raw, w.buf_raw_len, &s->rkey, 0);
-        if (ret)
-            return dchan_ofi_rc(p, ret, "fi_mr_map_raw");
-        s->raw_mapped = 1;
-        if (flag) {
-            ret = fi_mr_map_raw(st->domain, w.seq_key, w.raw + w.buf_raw_len, w.seq_raw_len,
-                                &s->seq_rkey, 0);
-            if (ret) {
-                rc = dchan_ofi_rc(p, ret, "fi_mr_map_raw");
-                goto unmap;
-            }
-            s->raw_mapped |= 2;
-        }
-    } else {
-        s->rkey = w.buf_key;
-        s->seq_rkey = w.seq_key;
-    }
+    rc = dchan_ofi_keys_map(p, &w, raw, flag, &s->rkey, &s->seq_rkey, &s->raw_mapped);
+    if (rc != DCHAN_SUCCESS)
+        goto unmap;
     const dchan_iov_t *segs;
     if (dchan_h_segs(h, &segs)) {
         /* Gathered: the segments, not one buffer. */
@@ -807,11 +835,7 @@ put_buf:
 unmap:
     gather_free(s->g);
     s->g = NULL;
-    if (s->raw_mapped & 1)
-        fi_mr_unmap_key(st->domain, s->rkey);
-    if (s->raw_mapped & 2)
-        fi_mr_unmap_key(st->domain, s->seq_rkey);
-    s->raw_mapped = 0;
+    dchan_ofi_keys_unmap(st, s->rkey, s->seq_rkey, &s->raw_mapped);
     return rc;
 }
 
@@ -831,17 +855,13 @@ void dchan_ofi_put_abandon(dchan_handle_t *h)
         if (o) {
             o->regs[0] = s->buf_reg;
             o->regs[1] = s->seq_reg;
-            if (s->raw_mapped & 1)
-                o->keys[o->nkeys++] = s->rkey;
-            if (s->raw_mapped & 2)
-                o->keys[o->nkeys++] = s->seq_rkey;
+            dchan_ofi_keys_orphan(o, s->rkey, s->seq_rkey, &s->raw_mapped);
             o->outstanding = s->outstanding;
             o->g = s->g; /* its registrations, and the bounce the tail comes from */
             o->next = st->orphans;
             st->orphans = o;
             s->g = NULL;
             s->buf_reg = s->seq_reg = NULL;
-            s->raw_mapped = 0;
         } else {
             dchan_warn(p->ctx, OFI_NAME, "abandoned writes keep no registration (no memory)");
         }
@@ -870,11 +890,7 @@ void dchan_ofi_send_close(dchan_handle_t *h)
     s->seq_reg = s->buf_reg = NULL;
     gather_free(s->g);
     s->g = NULL;
-    if (s->raw_mapped & 1)
-        fi_mr_unmap_key(st->domain, s->rkey);
-    if (s->raw_mapped & 2)
-        fi_mr_unmap_key(st->domain, s->seq_rkey);
-    s->raw_mapped = 0;
+    dchan_ofi_keys_unmap(st, s->rkey, s->seq_rkey, &s->raw_mapped);
 }
 
 void dchan_ofi_orphan_release(struct ofi_state *st, struct ofi_orphan *o)

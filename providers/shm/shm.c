@@ -739,15 +739,18 @@ static int shm_progress(struct dchan_prov *p)
 
 /* ---- sender ------------------------------------------------------------------------------ */
 
-static int shm_send_open(dchan_handle_t *h, const unsigned char *wf)
+/* Import a wire's fields for h: the peer's buffer of size bytes (at an
+ * address that is a multiple of align), and its words of nwords * 8 bytes
+ * (none: the wire must name none). Everything a peer wrote is checked
+ * against the geometry validated at attach. */
+static int import_wire(dchan_handle_t *h, const unsigned char *wf, uint64_t size, uint64_t align,
+                       uint64_t nwords)
 {
     struct dchan_prov *p = dchan_h_prov(h);
-    struct shm_state *s = st(p);
     struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
-    int peer = dchan_h_peer(h), detect = dchan_h_detect(h);
-    struct shm_peer *pr = &s->peers[peer];
-    uint64_t size = dchan_h_span(h), buf = dchan_get_le64(wf + WF_BUF),
-             seq = dchan_get_le64(wf + WF_SEQ);
+    int peer = dchan_h_peer(h);
+    struct shm_peer *pr = &st(p)->peers[peer];
+    uint64_t buf = dchan_get_le64(wf + WF_BUF), word = dchan_get_le64(wf + WF_SEQ);
 
     if (!pr->base)
         return DCHAN_ERR_HANDLE; /* not a peer of this host */
@@ -760,37 +763,40 @@ static int shm_send_open(dchan_handle_t *h, const unsigned char *wf)
     sh->peer = pr;
     sh->pid = pr->pid;
     sh->local = peer == dchan_ctx_rank(p->ctx);
-    switch (wf[WF_BUF_LOC]) {
-    case SHM_LOC_SEGMENT:
-        if (buf < pr->data_off || buf > pr->size || size > pr->size - buf ||
-            (detect == DCHAN_DETECT_SENTINEL && buf % 8))
+    if (buf % align)
+        return DCHAN_ERR_HANDLE;
+    if (wf[WF_BUF_LOC] == SHM_LOC_SEGMENT) {
+        if (buf < pr->data_off || buf > pr->size || size > pr->size - buf)
             return DCHAN_ERR_HANDLE;
         sh->dst = pr->base + buf;
-        break;
-    case SHM_LOC_CMA:
-        if (buf == 0 || buf + size < buf || (detect == DCHAN_DETECT_SENTINEL && buf % 8))
-            return DCHAN_ERR_HANDLE;
+    } else if (wf[WF_BUF_LOC] == SHM_LOC_CMA && buf != 0 && buf + size > buf) {
         sh->dst_va = buf;
-        break;
-    default:
+    } else {
         return DCHAN_ERR_HANDLE;
     }
-    if (detect == DCHAN_DETECT_FLAG) {
-        if (seq % 8)
+    if (nwords == 0)
+        return wf[WF_SEQ_LOC] != 0 || word != 0 ? DCHAN_ERR_HANDLE : DCHAN_SUCCESS;
+    if (word % 8)
+        return DCHAN_ERR_HANDLE;
+    if (wf[WF_SEQ_LOC] == SHM_LOC_SEGMENT) {
+        if (word < pr->data_off || word > pr->size - nwords * 8)
             return DCHAN_ERR_HANDLE;
-        if (wf[WF_SEQ_LOC] == SHM_LOC_SEGMENT) {
-            if (seq < pr->data_off || seq > pr->size - 8)
-                return DCHAN_ERR_HANDLE;
-            sh->seq_dst = (uint64_t *)(pr->base + seq);
-        } else if (wf[WF_SEQ_LOC] == SHM_LOC_CMA && seq != 0) {
-            sh->seq_va = seq;
-        } else {
-            return DCHAN_ERR_HANDLE;
-        }
-    } else if (wf[WF_SEQ_LOC] != 0 || seq != 0) {
+        sh->seq_dst = (uint64_t *)(pr->base + word);
+    } else if (wf[WF_SEQ_LOC] == SHM_LOC_CMA && word != 0) {
+        sh->seq_va = word;
+    } else {
         return DCHAN_ERR_HANDLE;
     }
     return DCHAN_SUCCESS;
+}
+
+/* SENTINEL's tail is stored as one word: an aligned buffer; FLAG has its
+ * sequence word. */
+static int shm_send_open(dchan_handle_t *h, const unsigned char *wf)
+{
+    int detect = dchan_h_detect(h);
+    return import_wire(h, wf, dchan_h_span(h), detect == DCHAN_DETECT_SENTINEL ? 8 : 1,
+                       detect == DCHAN_DETECT_FLAG);
 }
 
 static int errno_code(int e)
@@ -1121,47 +1127,10 @@ static int shm_src_publish(dchan_handle_t *h)
     return DCHAN_SUCCESS;
 }
 
+/* The source's buffer and its two control words. */
 static int shm_get_open(dchan_handle_t *h, const unsigned char *wf)
 {
-    struct dchan_prov *p = dchan_h_prov(h);
-    struct shm_sh *sh = DCHAN_PROV_PRIV(h, struct shm_sh);
-    int peer = dchan_h_peer(h);
-    struct shm_peer *pr = &st(p)->peers[peer];
-    uint64_t size = dchan_h_size(h), buf = dchan_get_le64(wf + WF_BUF),
-             ctl = dchan_get_le64(wf + WF_SEQ);
-
-    if (!pr->base)
-        return DCHAN_ERR_HANDLE;
-    for (int i = WF_SEQ + 8; i < DCHAN_WIRE_PROV_BYTES; i++)
-        if (wf[i])
-            return DCHAN_ERR_HANDLE;
-    for (int i = 2; i < WF_BUF; i++)
-        if (wf[i])
-            return DCHAN_ERR_HANDLE;
-    sh->peer = pr;
-    sh->pid = pr->pid;
-    sh->local = peer == dchan_ctx_rank(p->ctx);
-    if (wf[WF_BUF_LOC] == SHM_LOC_SEGMENT) {
-        if (buf < pr->data_off || buf > pr->size || size > pr->size - buf)
-            return DCHAN_ERR_HANDLE;
-        sh->dst = pr->base + buf;
-    } else if (wf[WF_BUF_LOC] == SHM_LOC_CMA && buf != 0 && buf + size > buf) {
-        sh->dst_va = buf;
-    } else {
-        return DCHAN_ERR_HANDLE;
-    }
-    if (ctl % 8)
-        return DCHAN_ERR_HANDLE;
-    if (wf[WF_SEQ_LOC] == SHM_LOC_SEGMENT) {
-        if (ctl < pr->data_off || ctl > pr->size - 16)
-            return DCHAN_ERR_HANDLE;
-        sh->seq_dst = (uint64_t *)(pr->base + ctl);
-    } else if (wf[WF_SEQ_LOC] == SHM_LOC_CMA && ctl != 0) {
-        sh->seq_va = ctl;
-    } else {
-        return DCHAN_ERR_HANDLE;
-    }
-    return DCHAN_SUCCESS;
+    return import_wire(h, wf, dchan_h_size(h), 1, 2);
 }
 
 static void shm_get_close(dchan_handle_t *h)
