@@ -699,7 +699,8 @@ DCHAN_API int dchan_barrier(dchan_ctx_t *ctx)
 
 /* ---- progress ----------------------------------------------------------------- */
 
-int dchan_core_poll_providers(dchan_ctx_t *ctx)
+/* Inline in progress, out of line for the rest. */
+static inline __attribute__((always_inline)) int poll_providers(dchan_ctx_t *ctx)
 {
     int rc = 0;
     dchan_peers_poll(ctx);
@@ -711,6 +712,11 @@ int dchan_core_poll_providers(dchan_ctx_t *ctx)
     if (ctx->credq_head)
         dchan_credq_run(ctx);
     return rc;
+}
+
+int dchan_core_poll_providers(dchan_ctx_t *ctx)
+{
+    return poll_providers(ctx);
 }
 
 int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
@@ -739,7 +745,7 @@ int dchan_core_drain_put(dchan_handle_t *h, uint64_t timeout_ms)
 
 /* Run at most max callbacks and error reports, in the order they became
  * due; what is left stays queued, in order, for the next call. */
-static int dispatch(dchan_ctx_t *ctx, int max)
+static inline __attribute__((always_inline)) int dispatch(dchan_ctx_t *ctx, int max)
 {
     if (!ctx->fire_head && !ctx->errq_head)
         return 0; /* the common case of an idle poll */
@@ -747,10 +753,9 @@ static int dispatch(dchan_ctx_t *ctx, int max)
     dchan_handle_t *h;
     int n = 0;
 
-    while (n < max && (h = ctx->fire_head)) {
+    while (n < max && (h = dchan_fire_pop(ctx))) {
         dchan_arrival_fn fn = h->fn;
         void *arg = h->arg;
-        dchan_fire_remove(ctx, h);
         if (h->role != DCHAN_ROLE_RECV) {
             /* One callback per completed put (dchan_set_completion), taken
              * version (a source's done_fn) or finished get (arrival_fn). */
@@ -798,7 +803,7 @@ static int dispatch(dchan_ctx_t *ctx, int max)
     return n;
 }
 
-static int progress(dchan_ctx_t *ctx, int max)
+static inline __attribute__((always_inline)) int progress(dchan_ctx_t *ctx, int max)
 {
     if (!dchan_ctx_ok(ctx))
         return DCHAN_ERR_INVALID_ARG;
@@ -811,7 +816,7 @@ static int progress(dchan_ctx_t *ctx, int max)
          pthread_equal(ctx->wake_thread, pthread_self())))
         dchan_wake_disarm(ctx);
     ctx->stats.progress_calls++;
-    int rc = dchan_core_poll_providers(ctx);
+    int rc = poll_providers(ctx);
     dchan_scan_pollq(ctx);
     if (ctx->look_head)
         dchan_credit_look(ctx);

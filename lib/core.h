@@ -31,6 +31,8 @@ struct pollfd;
 #define DCHAN_ID_INDEX(id) ((id) & DCHAN_ID_INDEX_MASK)
 #define DCHAN_ID_GEN(id) ((id) >> DCHAN_ID_INDEX_BITS)
 
+enum { DCHAN_FAST_SEND = 1, DCHAN_FAST_RECV = 2 }; /* dchan_handle.fast */
+
 enum dchan_role {
     DCHAN_ROLE_RECV = 1,
     DCHAN_ROLE_SEND = 2,
@@ -106,7 +108,14 @@ struct dchan_handle {
     bool cwant;                    /* sender: a put or dchan_credits found no credit (wake-up) */
     bool on_look;                  /* sender: on ctx->look_head (its credit is looked for) */
     bool gwant;                    /* getter: dchan_get found no new version (wake-up) */
+    bool arm_op;                   /* receiver: the provider has a recv_arm to call */
+    /* The per-message calls may take their short paths: no lock in the
+     * context, and a contiguous send side (DCHAN_FAST_SEND) or depth 1
+     * (DCHAN_FAST_RECV); 0: they may not. */
+    uint8_t fast;
     dchan_handle_t *look_next;
+    struct dchan_put_desc pd;      /* sender: what every put tells the provider (dchan_put) */
+    uint64_t n_inplace;            /* sender: puts of messages written through dchan_put_ptr */
     /* sender: dchan_set_completion (lib/strided.c): a callback per put
      * completed locally; n_done - n_cdone of them are due (on the fire list) */
     dchan_arrival_fn cfn;

@@ -10,8 +10,8 @@ bool dchan_in_callback(const dchan_ctx_t *ctx);
 int dchan_handle_release(dchan_handle_t *h);
 /* Free quarantined handles beyond keep. */
 void dchan_quarantine_flush(dchan_ctx_t *ctx, uint64_t keep);
-/* Scan the polling queue: arrivals seen there go onto the fire list. */
-void dchan_scan_pollq(dchan_ctx_t *ctx);
+/* The scan saw the probe of h (off the queue now) change to v. */
+void dchan_recv_detected(dchan_handle_t *h, uint64_t v);
 
 #define PQ_NONE UINT32_MAX
 
@@ -24,6 +24,25 @@ static inline void dchan_pq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
         ctx->pq[i].h->pq_pos = i;
     }
     h->pq_pos = PQ_NONE;
+}
+
+/* Scan the polling queue, one dense array of (word, idle value) pairs:
+ * arrivals seen there go onto the fire list. Inline in progress, where an
+ * idle scan of a few handles is most of the work. */
+static inline void dchan_scan_pollq(dchan_ctx_t *ctx)
+{
+    struct dchan_pq_ent *pq = ctx->pq;
+    for (uint32_t i = 0; i < ctx->pq_len;) {
+        uint64_t v = __atomic_load_n(pq[i].probe, __ATOMIC_ACQUIRE);
+        if (__builtin_expect(v == pq[i].idle, 1)) {
+            i++;
+            continue;
+        }
+        /* Removal swaps the last entry into i, so i is looked at again. */
+        dchan_handle_t *h = pq[i].h;
+        dchan_pq_remove(ctx, h);
+        dchan_recv_detected(h, v);
+    }
 }
 
 static inline void dchan_fire_push(dchan_ctx_t *ctx, dchan_handle_t *h)
@@ -50,6 +69,22 @@ static inline void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
         ctx->fire_tail = h->fire_prev;
     h->fire_next = h->fire_prev = NULL;
     h->on_fire = false;
+}
+
+/* The first handle of the fire list, taken off it. */
+static inline dchan_handle_t *dchan_fire_pop(dchan_ctx_t *ctx)
+{
+    dchan_handle_t *h = ctx->fire_head;
+    if (h) {
+        ctx->fire_head = h->fire_next;
+        if (h->fire_next)
+            h->fire_next->fire_prev = NULL;
+        else
+            ctx->fire_tail = NULL;
+        h->fire_next = NULL;
+        h->on_fire = false;
+    }
+    return h;
 }
 
 /* Sender: one more put completed locally; with dchan_set_completion's

@@ -312,7 +312,12 @@ static int assoc_segs(dchan_ctx_t *ctx, const dchan_wire_t *wire, dchan_iov_t *s
         return rc;
     }
     /* Not yet visible to any other thread: no lock needed. */
-    (*out)->vecs = dchan_segs_vectorize(segs, nseg, &(*out)->nvec);
+    dchan_handle_t *h = *out;
+    h->vecs = dchan_segs_vectorize(segs, nseg, &h->nvec);
+    if (!h->stage) { /* the provider gathers: it may use the vectors */
+        h->pd.vec = h->vecs;
+        h->pd.nvec = h->nvec;
+    }
     return rc;
 }
 
