@@ -75,15 +75,8 @@ static inline void dchan_fire_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
 static inline dchan_handle_t *dchan_fire_pop(dchan_ctx_t *ctx)
 {
     dchan_handle_t *h = ctx->fire_head;
-    if (h) {
-        ctx->fire_head = h->fire_next;
-        if (h->fire_next)
-            h->fire_next->fire_prev = NULL;
-        else
-            ctx->fire_tail = NULL;
-        h->fire_next = NULL;
-        h->on_fire = false;
-    }
+    if (h)
+        dchan_fire_remove(ctx, h);
     return h;
 }
 

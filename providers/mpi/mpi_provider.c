@@ -102,6 +102,8 @@ struct mpi_rx {
 
 struct mpi_h {
     struct mpi_wait w; /* W_RECV or W_SEND */
+    struct dchan_prov *p; /* the handle's provider and peer, for the per-message calls */
+    int peer;
     MPI_Request req;   /* the put in flight */
     MPI_Datatype type;
     int count;
@@ -458,6 +460,8 @@ static int mpi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
     else
         return DCHAN_ERR_NO_MEMORY; /* more live handles than this MPI's tags */
     m->recv = true;
+    m->p = p;
+    m->peer = dchan_h_peer(h);
     m->type = MPI_DATATYPE_NULL;
     m->req = MPI_REQUEST_NULL;
     m->rx = calloc(1, sizeof *m->rx + depth * sizeof(MPI_Request));
@@ -494,8 +498,8 @@ static int mpi_recv_open(dchan_handle_t *h, unsigned char *wire_fields)
 
 static int mpi_recv_arm(dchan_handle_t *h, uint32_t slot)
 {
-    struct dchan_prov *p = dchan_h_prov(h);
     struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
+    struct dchan_prov *p = m->p;
     struct mpi_rx *rx = m->rx;
     if (slot >= rx->depth)
         return DCHAN_ERR_INVALID_ARG;
@@ -597,6 +601,8 @@ static int mpi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
         return DCHAN_ERR_HANDLE;
     m->tag = (int)tag;
     m->recv = false;
+    m->p = p;
+    m->peer = dchan_h_peer(h);
     m->type = MPI_DATATYPE_NULL;
     m->req = MPI_REQUEST_NULL;
     m->w = (struct mpi_wait){.rq = &m->req, .h = h, .pos = -1, .kind = W_SEND};
@@ -616,15 +622,16 @@ static int mpi_send_open(dchan_handle_t *h, const unsigned char *wire_fields)
 
 static int mpi_put(dchan_handle_t *h, const struct dchan_put_desc *d)
 {
-    struct dchan_prov *p = dchan_h_prov(h);
+    struct mpi_h *m = d->priv;
+    struct dchan_prov *p = m->p;
     struct mpi_state *s = p->state;
-    struct mpi_h *m = DCHAN_PROV_PRIV(h, struct mpi_h);
     int done = 0;
+    (void)h;
     /* d->offset is not needed: the receiver posted each slot's receive at
      * its own address, in the order puts fill them. */
     /* A gathered put: the type holds the segments' absolute addresses. */
-    int rc = MPI_Isend(d->iov ? MPI_BOTTOM : d->src, m->count, m->type, dchan_h_peer(h), m->tag,
-                       s->comm, &m->req);
+    int rc = MPI_Isend(d->iov ? MPI_BOTTOM : d->src, m->count, m->type, m->peer, m->tag, s->comm,
+                       &m->req);
     if (rc == MPI_SUCCESS)
         rc = MPI_Test(&m->req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS)
@@ -779,7 +786,7 @@ static void recv_done(struct dchan_prov *p, dchan_handle_t *h, const MPI_Status 
     struct mpi_rx *rx = m->rx;
     MPI_Status st2;
     for (;;) {
-        int drc = mpi_rc(p, err, "receive completion");
+        int drc = err == MPI_SUCCESS ? DCHAN_SUCCESS : mpi_rc(p, err, "receive completion");
         if (drc == DCHAN_SUCCESS) {
             int count = -1;
             MPI_Get_count(st, m->type, &count);
@@ -787,7 +794,7 @@ static void recv_done(struct dchan_prov *p, dchan_handle_t *h, const MPI_Status 
         }
         rx->active &= ~(1ull << rx->next);
         rx->nactive--;
-        rx->next = (rx->next + 1) % rx->depth;
+        rx->next = rx->next + 1 == rx->depth ? 0 : rx->next + 1;
         if (drc != DCHAN_SUCCESS) {
             dchan_core_handle_error(h, drc);
             return;
@@ -872,6 +879,19 @@ static int mpi_progress(struct dchan_prov *p)
          * its own progress, for one progress per idle poll. */
         int flag = 0;
         rc = MPI_Test(&s->reqs[0], &flag, &s->st[0]);
+        if (rc == MPI_SUCCESS && !flag)
+            return 0;
+        if (rc == MPI_SUCCESS) {
+            /* Its owner gets it back, the list is empty again. */
+            struct mpi_wait *w = s->w[0];
+            *w->rq = s->reqs[0];
+            w->pos = -1;
+            s->w[0] = NULL;
+            s->nreq = 0;
+            dchan_waketimer_activity(&s->wt);
+            fired(p, w, &s->st[0], MPI_SUCCESS);
+            return 1;
+        }
         n = flag;
         s->done[0] = 0;
         if (rc != MPI_SUCCESS) {
