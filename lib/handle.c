@@ -967,9 +967,15 @@ static void look_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->on_look = false;
 }
 
+/* Handles looked at per progress: the look saves a put one load of a
+ * line, and must not cost a progress loop over thousands of channels
+ * (a put of one further down loads the word itself). */
+#define DCHAN_LOOK_MAX 16
+
 void dchan_credit_look(dchan_ctx_t *ctx)
 {
-    for (dchan_handle_t **pp = &ctx->look_head; *pp;) {
+    unsigned n = 0;
+    for (dchan_handle_t **pp = &ctx->look_head; *pp && n++ < DCHAN_LOOK_MAX;) {
         dchan_handle_t *h = *pp;
         if (h->error || credits_now(h) > 0) {
             *pp = h->look_next;
