@@ -347,6 +347,28 @@ def sec_targets(res):
         out.append("- `%s` ≤ 1.25 × `mpi-sendrecv` at every size: %s (worst %.2f× at %s%s)." % (
             d.replace("dchan ", "dchan "), verdict(not over), worst[1], human(worst[0]),
             "; above 1.25× at " + some(over) if over else ""))
+    # 1b. shm's 8-byte one-way against the floors of its mechanism, same run.
+    floor = {f["impl"]: 1000 * num(f["oneway_us"]) for f in
+             [r for r in parse(os.path.join(res, "pingpong.txt"))
+              if r["kind"] == "RESULT" and int(r.get("size", 0) or 0) == 8]}
+    for mode, fl, slack in (("sentinel", "cacheline-rearm", 20), ("flag", "cacheline-rearm", 20),
+                            ("event", "ring", 25)):
+        d = "dchan shm/" + mode
+        if d in data and 8 in data[d] and fl in floor:
+            ns = 1000 * data[d][8][0]
+            out.append("- `%s` 8 B ≤ `%s` + %d ns: %s (%.1f ns against %.1f ns: +%.1f)." % (
+                d, fl, slack, verdict(ns <= floor[fl] + slack), ns, floor[fl], ns - floor[fl]))
+    for d in [l for l in data if l.startswith("dchan shm/")]:
+        if "ucx-put" not in data:
+            break
+        ratios = [(sz, data[d][sz][0] / data["ucx-put"][sz][0])
+                  for sz in sorted(data[d]) if sz in data["ucx-put"]]
+        if ratios:
+            over = [human(sz) for sz, r in ratios if r > 1]
+            worst = max(ratios, key=lambda x: x[1])
+            out.append("- `%s` ≤ `ucx-put` at every size: %s (worst %.2f× at %s%s)." % (
+                d, verdict(not over), worst[1], human(worst[0]),
+                "; above at " + some(over) if over else ""))
     # 2. dchan over ofi/shm below both MPI one-sided peers.
     ofi = [l for l in data if l.startswith("dchan ofi") and "tcp" not in l]
     if not ofi:
