@@ -211,16 +211,24 @@ int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot)
     return DCHAN_SUCCESS;
 }
 
+/* May an arrival be counted on receive handle h? Not after an error, and
+ * not with no slot armed: the sender broke the contract (the overrun is
+ * raised, and the data the application holds stays intact). */
+static inline bool arrival_armed(dchan_handle_t *h)
+{
+    if (h->error)
+        return false;
+    if (DCHAN_R_ARMED(h) == 0) {
+        dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
+        return false;
+    }
+    return true;
+}
+
 void dchan_core_arrival(dchan_handle_t *h)
 {
-    if (h->magic != DCHAN_H_MAGIC || h->role != DCHAN_ROLE_RECV || h->error)
-        return;
-    if (DCHAN_R_ARMED(h) == 0) {
-        /* An arrival with no slot armed: the sender broke the contract. */
-        dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
-        return;
-    }
-    arrived(h, 1);
+    if (h->magic == DCHAN_H_MAGIC && h->role == DCHAN_ROLE_RECV && arrival_armed(h))
+        arrived(h, 1);
 }
 
 /* Whole words, then bytes: notices carry a few dozen bytes at most, where
@@ -239,11 +247,7 @@ static void copy_small(unsigned char *d, const unsigned char *s, size_t n)
 bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
                            const void *data, size_t len)
 {
-    dchan_ctx_t *ctx = p->ctx;
-    uint32_t idx = DCHAN_ID_INDEX(id);
-    if (idx >= ctx->htab_cap || (ctx->hgen[idx] & 0xffu) != DCHAN_ID_GEN(id))
-        return false;
-    dchan_handle_t *h = ctx->htab[idx];
+    dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
     /* Sources and getters have ids in the same table: none takes arrivals. */
     if (!h || h->role != DCHAN_ROLE_RECV || h->prov != p || h->detect != DCHAN_DETECT_EVENT ||
         (gen && gen != h->gen) || (peer >= 0 && peer != h->peer))
@@ -252,14 +256,8 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
         dchan_core_handle_error(h, DCHAN_ERR_SIZE);
         return true;
     }
-    if (h->error)
+    if (!arrival_armed(h))
         return true;
-    /* Not armed: the sender broke the contract. The overrun is raised and
-     * the data the application holds stays intact. */
-    if (DCHAN_R_ARMED(h) == 0) {
-        dchan_core_handle_error(h, DCHAN_ERR_OVERRUN);
-        return true;
-    }
     if (data)
         copy_small((unsigned char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size,
                    data, len);
@@ -894,7 +892,8 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
                              (h->detect != DCHAN_DETECT_FLAG ||
                               __atomic_load_n(h->seq_word, __ATOMIC_ACQUIRE) == h->seq),
                          1)) {
-        h->idle = h->detect == DCHAN_DETECT_FLAG ? h->seq : h->idle;
+        if (h->detect == DCHAN_DETECT_FLAG)
+            h->idle = h->seq;
         return ready_one(h);
     }
     /* On a source: publish the next version. */

@@ -23,7 +23,7 @@
 #define MAXCH 64
 
 static int detect_mode;
-static unsigned long long t_limit_ns = 120ull * 1000000000ull;
+static unsigned long long t_limit_ns; /* mpt_time_limit_ns(), set by main */
 
 /* ---- channels ------------------------------------------------------------------ */
 
@@ -623,8 +623,7 @@ int main(int argc, char **argv)
     }
     if (!test || iters < 1 || max_bytes < 0)
         usage();
-    if (getenv("MP_TIME_LIMIT"))
-        t_limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
+    t_limit_ns = mpt_time_limit_ns();
 
     if (hosts_block > 0)
         mpt_fake_hosts(hosts_block);

@@ -46,7 +46,7 @@ static int level, nthreads = 4, nch = 2, partner, detect_mode;
 static long iters = 1000;
 static long sizes[8] = {8, 1001, 4096, 40000};
 static int nsizes = 4;
-static unsigned long long t_limit_ns = 120ull * 1000000000ull;
+static unsigned long long t_limit_ns; /* mpt_time_limit_ns(), set by main */
 static dchan_ctx_t *ctx;
 static pthread_t main_thread;
 
@@ -465,8 +465,7 @@ int main(int argc, char **argv)
     if (level < 0 || nthreads < 1 || nthreads > MAXT || nch < 1 || nch > MAXN || iters < 1 ||
         nsizes < 1)
         usage();
-    if (getenv("MP_TIME_LIMIT"))
-        t_limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
+    t_limit_ns = mpt_time_limit_ns();
 
     dchan_attr_t attr;
 #ifdef USE_MPI

@@ -70,6 +70,26 @@ static inline unsigned long long now_ns(void)
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+/* How long a wait may take before the test fails: MP_TIME_LIMIT seconds
+ * where the runner sets it, else 120. */
+static inline unsigned long long mpt_time_limit_ns(void)
+{
+    const char *s = getenv("MP_TIME_LIMIT");
+    return (s ? strtoull(s, NULL, 0) : 120ull) * 1000000000ull;
+}
+
+/* An option NAME=VALUE that sets NAME in the environment; 0 when the
+ * argument has no '=' in it. */
+static inline int mpt_setenv_arg(char *arg)
+{
+    char *eq = strchr(arg, '=');
+    if (!eq)
+        return 0;
+    *eq = '\0';
+    setenv(arg, eq + 1, 1);
+    return 1;
+}
+
 /* Zeroed, 64-byte aligned (so 8-byte aligned, as SENTINEL buffers must be). */
 static inline unsigned char *xalloc(size_t n)
 {

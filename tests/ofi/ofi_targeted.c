@@ -66,7 +66,7 @@
 
 static int detect;
 static long iters = 100;
-static unsigned long long limit_ns = 120ull * 1000000000ull;
+static unsigned long long limit_ns; /* mpt_time_limit_ns(), set by main */
 
 static size_t mode_size(size_t n)
 {
@@ -193,38 +193,6 @@ static void send_done(dchan_handle_t *h)
         die("dchan_put_test: %s", dchan_strerror(rc));
 }
 
-/* ---- exchange: data rightwards, credits leftwards ----------------------------------- */
-
-static void exchange(dchan_ctx_t *ctx, size_t size)
-{
-    int left = (me + nranks - 1) % nranks, right = (me + 1) % nranks;
-    struct chan c[2];
-    memset(c, 0, sizeof c);
-    c[0] = (struct chan){.size = size, .id = 0, .from = left, .to = right};
-    c[1] = (struct chan){.size = 8, .id = 1, .from = right, .to = left};
-    connect_chans(ctx, c, 2, 2);
-    struct chan *data = &c[0], *cred = &c[1];
-    for (long i = 0; i < iters; i++) {
-        if (i > 0) { /* the right neighbour re-armed for iteration i */
-            wait_for(ctx, cred, i);
-            verify(cred->rbuf, 8, right, 1, i - 1);
-            CHECK(dchan_ready(cred->rh));
-        }
-        send_done(data->sh);
-        fill(data->sbuf, size, me, 0, i);
-        CHECK(dchan_put(data->sh));
-        wait_for(ctx, data, i + 1);
-        verify(data->rbuf, size, left, 0, i);
-        CHECK(dchan_ready(data->rh));
-        send_done(cred->sh);
-        fill(cred->sbuf, 8, me, 1, i);
-        CHECK(dchan_put(cred->sh));
-    }
-    wait_for(ctx, cred, iters);
-    CHECK(dchan_barrier(ctx));
-    release(c, 2, 1);
-}
-
 /* ---- gather: gathered puts split by iov_limit and max_msg ---------------------------- */
 
 /* Segments of size bytes in a pool, in reverse memory order with gaps; the
@@ -276,26 +244,38 @@ static void scatter(const unsigned char *msg, const dchan_iov_t *iov, int n)
     }
 }
 
-static void gather(dchan_ctx_t *ctx, size_t size)
+/* ---- exchange: data rightwards, credits leftwards --------------------------------------- */
+
+/* The data channel's send side is the message itself, or (gathered) its
+ * segments in the pool of make_segments, into which each message is
+ * scattered. */
+static void ring(dchan_ctx_t *ctx, size_t size, bool gathered)
 {
     int left = (me + nranks - 1) % nranks, right = (me + 1) % nranks;
     struct chan c[2];
     memset(c, 0, sizeof c);
     c[0] = (struct chan){.size = size, .id = 0, .from = left, .to = right};
     c[1] = (struct chan){.size = 8, .id = 1, .from = right, .to = left};
-    unsigned char *pool = make_segments(size, &c[0].iov, &c[0].niov);
-    unsigned char *msg = xalloc(size);
+    unsigned char *pool = NULL, *msg = NULL;
+    if (gathered) {
+        pool = make_segments(size, &c[0].iov, &c[0].niov);
+        msg = xalloc(size);
+    }
     connect_chans(ctx, c, 2, 2);
     struct chan *data = &c[0], *cred = &c[1];
     for (long i = 0; i < iters; i++) {
-        if (i > 0) {
+        if (i > 0) { /* the right neighbour re-armed for iteration i */
             wait_for(ctx, cred, i);
             verify(cred->rbuf, 8, right, 1, i - 1);
             CHECK(dchan_ready(cred->rh));
         }
         send_done(data->sh);
-        fill(msg, size, me, 0, i);
-        scatter(msg, data->iov, data->niov);
+        if (gathered) {
+            fill(msg, size, me, 0, i);
+            scatter(msg, data->iov, data->niov);
+        } else {
+            fill(data->sbuf, size, me, 0, i);
+        }
         CHECK(dchan_put(data->sh));
         wait_for(ctx, data, i + 1);
         verify(data->rbuf, size, left, 0, i);
@@ -1020,8 +1000,7 @@ int main(int argc, char **argv)
     }
     if (!test || iters < 1)
         usage();
-    if (getenv("MP_TIME_LIMIT"))
-        limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
+    limit_ns = mpt_time_limit_ns();
 
     if (strcmp(test, "latency") == 0) {
         dchan_ctx_t *c0;
@@ -1067,7 +1046,7 @@ int main(int argc, char **argv)
     for (int si = 0; si < nsizes; si++) {
         size_t size = mode_size((size_t)sizes[si]);
         if (strcmp(test, "exchange") == 0)
-            exchange(ctx, size);
+            ring(ctx, size, false);
         else if (strcmp(test, "credit") == 0)
             credit(ctx, size);
         else if (strcmp(test, "registrations") == 0)
@@ -1079,7 +1058,7 @@ int main(int argc, char **argv)
         else if (strcmp(test, "abandon") == 0)
             abandon(ctx, size);
         else if (strcmp(test, "gather") == 0)
-            gather(ctx, size);
+            ring(ctx, size, true);
         else if (strcmp(test, "get") == 0)
             get_test(ctx, size);
         else if (strcmp(test, "get-latency") == 0)

@@ -45,7 +45,7 @@ static int detect;
 static int depth; /* 0: plain channels; K: credited, K slots */
 static int victim = -1; /* killed: the rank that exits */
 static long iters = 200;
-static unsigned long long limit_ns = 120ull * 1000000000ull;
+static unsigned long long limit_ns; /* mpt_time_limit_ns(), set by main */
 
 /* ---- channels ------------------------------------------------------------------------------ */
 
@@ -523,22 +523,17 @@ int main(int argc, char **argv)
             if (depth < 1 || depth > 64)
                 usage();
             break;
-        case 'e': {
-            char *eq = strchr(optarg, '=');
-            if (!eq)
+        case 'e':
+            if (!mpt_setenv_arg(optarg))
                 usage();
-            *eq = '\0';
-            setenv(optarg, eq + 1, 1);
             break;
-        }
         default:
             usage();
         }
     }
     if (!test || iters < 4)
         usage();
-    if (getenv("MP_TIME_LIMIT"))
-        limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
+    limit_ns = mpt_time_limit_ns();
 
     dchan_ctx_t *ctx = mpt_init(on_error);
     if (strcmp(dchan_provider_name(ctx), "verbs") != 0)

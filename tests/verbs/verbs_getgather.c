@@ -36,7 +36,7 @@
 static dchan_ctx_t *ctx;
 static long iters = 20;
 static int victim = -1;
-static unsigned long long limit_ns = 120ull * 1000000000ull;
+static unsigned long long limit_ns; /* mpt_time_limit_ns(), set by main */
 
 static void deadline(unsigned long long t0, const char *what)
 {
@@ -515,22 +515,17 @@ int main(int argc, char **argv)
         case 'i':
             iters = atol(optarg);
             break;
-        case 'e': {
-            char *eq = strchr(optarg, '=');
-            if (!eq)
+        case 'e':
+            if (!mpt_setenv_arg(optarg))
                 usage();
-            *eq = '\0';
-            setenv(optarg, eq + 1, 1);
             break;
-        }
         default:
             usage();
         }
     }
     if (!test || iters < 4)
         usage();
-    if (getenv("MP_TIME_LIMIT"))
-        limit_ns = strtoull(getenv("MP_TIME_LIMIT"), NULL, 0) * 1000000000ull;
+    limit_ns = mpt_time_limit_ns();
     int killed = strcmp(test, "get-killed") == 0;
     ctx = mpt_init(strcmp(test, "gather") == 0 ? g_error : get_error);
     if (strcmp(dchan_provider_name(ctx), "verbs") != 0)
