@@ -101,6 +101,7 @@ struct dchan_handle {
     uint16_t cidx;                 /* both: index of the credit word */
     bool cbusy, cdirty, on_credq;  /* receiver: a credit write in flight / owed / queued */
     const volatile uint64_t *cword; /* sender: the word the receiver writes */
+    const char *ctail;             /* sender, SENTINEL into mapped slots: slot 0's tail, or NULL */
     uint64_t csrc;                 /* receiver: what the credit write in flight carries */
     dchan_handle_t *credq_next;    /* receiver: on ctx->credq, owed a retry */
     uint64_t stall_ns;             /* sender: when puts began to be refused, 0: they are not */

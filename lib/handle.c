@@ -754,6 +754,13 @@ int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf
         uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
         if ((uint32_t)(w >> 32) == h->ctag)
             h->n_put = h->granted = (uint32_t)w;
+        /* Credit from the slots' tails (credits_now) where another process's
+         * slots are mapped here, which stays so while the provider lives
+         * (map_slot); a receiver in this process may free its buffer. */
+        void *slot0;
+        if (h->detect == DCHAN_DETECT_SENTINEL && h->peer != ctx->rank &&
+            p->ops->map_slot(h, 0, &slot0) == DCHAN_SUCCESS)
+            h->ctail = (const char *)slot0 + h->size - 8;
     }
     put_desc_init(h);
     h->fast = !ctx->locking && !segs ? DCHAN_FAST_SEND : 0;
@@ -911,11 +918,41 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
 
 /* ---- sender: credit ------------------------------------------------------------------- */
 
+/* Ask for the line of p in a state this core may write: the put that
+ * follows a look at a slot's tail writes that line, and a plain load
+ * would fetch it shared, then need a second transfer to own it. */
+static inline void prefetch_owned(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p)); /* a no-op where unknown */
+#else
+    __builtin_prefetch(p, 1);
+#endif
+}
+
 /* Puts the receiver allows now: the slots it released, plus depth, less the
  * puts made. A word with another channel's tag (an index reused) or an
  * older count (it cannot be, but a count never goes back) changes nothing. */
-static uint32_t credits_now(dchan_handle_t *h)
+static inline uint32_t credits_now(dchan_handle_t *h)
 {
+    if (h->ctail) {
+        /* SENTINEL into slots mapped here: a slot is free again once its
+         * tail holds the sentinel, which the receiver stores at ready
+         * (before its credit word). That tail is on the line the next put
+         * writes anyway, where the credit word is a line of its own that
+         * the receiver writes and this side must fetch. Slots are released
+         * in order, so the free ones follow the known ones. */
+        uint32_t n = h->granted + h->depth - h->n_put;
+        for (; n < h->depth; n++) {
+            const uint64_t *t = (const uint64_t *)(h->ctail + (size_t)dchan_slot_of(h->n_put + n, h->depth) *
+                                                                  h->size);
+            prefetch_owned(t);
+            if (__atomic_load_n(t, __ATOMIC_ACQUIRE) != h->oob)
+                break;
+        }
+        h->granted = h->n_put + n - h->depth;
+        return n;
+    }
     uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
     uint32_t c = (uint32_t)w;
     if ((uint32_t)(w >> 32) == h->ctag && (uint32_t)(c - h->granted) <= h->depth)
@@ -1126,7 +1163,9 @@ static inline __attribute__((always_inline)) int put_issue(dchan_ctx_t *ctx, dch
     }
     h->seq = d->seq;
     h->n_put++;
-    if (h->credit && h->granted + h->depth == h->n_put && !h->on_look)
+    /* A slot's tail is not looked at: the look would pull back and forth
+     * the line that the receiver re-arms and the next put writes. */
+    if (h->credit && h->granted + h->depth == h->n_put && !h->on_look && !h->ctail)
         look_add(ctx, h);
     ctx->stats.puts++;
     h->hstats.puts++; /* bytes and copied follow from puts and n_inplace */
@@ -1186,7 +1225,8 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
      * put completed, credit known, no lock, nothing to report. */
     if (__builtin_expect(h && h->magic == DCHAN_H_MAGIC && h->fast == DCHAN_FAST_SEND && !h->error &&
                              !h->inflight && !h->stall_ns &&
-                             (!h->credit || h->granted + h->depth != h->n_put),
+                             (!h->credit || h->granted + h->depth != h->n_put ||
+                              credits_now(h) != 0),
                          1)) {
         if (h->detect == DCHAN_DETECT_SENTINEL) {
             uint64_t tail;

@@ -215,7 +215,9 @@ struct dchan_provider_ops {
     void (*send_close)(dchan_handle_t *h);
     /* Sender: the address of the receiver's memory at offset in its buffer
      * when it is mapped in this process (a put there is a plain store), or
-     * DCHAN_ERR_UNSUPPORTED. For dchan_put_ptr. */
+     * DCHAN_ERR_UNSUPPORTED. For dchan_put_ptr, and for the credit of a
+     * SENTINEL channel, read from the slots' tails: memory of another
+     * process must stay mapped until the provider closes. */
     int (*map_slot)(dchan_handle_t *h, size_t offset, void **ptr);
 
     /* Credit (DESIGN §7). Each rank offers every peer an area of

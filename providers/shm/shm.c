@@ -1144,16 +1144,34 @@ static int shm_credit_open(dchan_handle_t *h, uint32_t index, const volatile uin
     return DCHAN_SUCCESS;
 }
 
-static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+/* A receive handle's credit word in the sender's area and that sender,
+ * found at its first credit (one index per handle). */
+struct shm_rh {
+    uint64_t *cword;
+    struct shm_peer *peer;
+};
+
+static int __attribute__((noinline)) credit_locate(dchan_handle_t *h, uint32_t index)
 {
     struct dchan_prov *p = dchan_h_prov(h);
     struct shm_state *s = st(p);
+    struct shm_rh *rh = DCHAN_PROV_PRIV(h, struct shm_rh);
     struct shm_peer *pr = &s->peers[dchan_h_peer(h)];
     if (!pr->credit)
         return DCHAN_ERR_PEER;
-    uint64_t *w = pr->credit + (size_t)dchan_ctx_rank(p->ctx) * s->credit_words + index;
-    __atomic_store_n(w, *src, __ATOMIC_RELEASE);
-    wake_peer(pr); /* a sender may sleep until its credit comes back */
+    rh->cword = pr->credit + (size_t)dchan_ctx_rank(p->ctx) * s->credit_words + index;
+    rh->peer = pr;
+    return DCHAN_SUCCESS;
+}
+
+static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
+{
+    struct shm_rh *rh = DCHAN_PROV_PRIV(h, struct shm_rh);
+    int rc;
+    if (__builtin_expect(!rh->cword, 0) && (rc = credit_locate(h, index)) != DCHAN_SUCCESS)
+        return rc;
+    __atomic_store_n(rh->cword, *src, __ATOMIC_RELEASE);
+    wake_peer(rh->peer); /* a sender may sleep until its credit comes back */
     return DCHAN_PROV_PUT_DONE;
 }
 

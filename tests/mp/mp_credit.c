@@ -67,6 +67,7 @@ static void on_arrival(dchan_handle_t *h, void *arg)
             die("k=%d message %ld: dchan_slot gave %p, expected slot %ld at %p", c->k, c->recvd,
                 p, c->recvd % c->k, (void *)want);
     }
+    mpt_verify_when = " at its arrival";
     verify(c->rbuf + (size_t)(c->recvd % c->k) * c->size, c->size, (me + nranks - 1) % nranks,
            c->id, c->recvd);
     c->recvd++;
@@ -83,6 +84,7 @@ static void release(struct chan *c, int n)
         CHECK(dchan_slot(c->rh, &p));
         if (p != c->rbuf + (size_t)(idx % c->k) * c->size)
             die("k=%d: dchan_slot does not give the oldest held slot", c->k);
+        mpt_verify_when = " before its release";
         verify(p, c->size, (me + nranks - 1) % nranks, c->id, idx);
         CHECK(dchan_ready(c->rh));
         c->released++;

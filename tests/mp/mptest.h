@@ -201,6 +201,10 @@ static inline void fill(unsigned char *b, size_t n, int from, int chan, long ite
     }
 }
 
+/* Set by a test to say when it checks (at arrival, before a release...),
+ * so that a failure says which check saw it. */
+static const char *mpt_verify_when = "";
+
 /* Every byte, or die saying where the first wrong word is. */
 static inline void verify(const unsigned char *b, size_t n, int from, int chan, long iter)
 {
@@ -215,9 +219,10 @@ static inline void verify(const unsigned char *b, size_t n, int from, int chan, 
             continue;
         }
         memcpy(&got, b + k, len);
-        die("data from rank %d, channel %d, iteration %ld (%zu bytes): bytes %zu..%zu are "
+        die("data from rank %d, channel %d, iteration %ld (%zu bytes)%s: bytes %zu..%zu are "
             "%016llx, expected %016llx",
-            from, chan, iter, n, k, k + len - 1, (unsigned long long)got, (unsigned long long)w);
+            from, chan, iter, n, mpt_verify_when, k, k + len - 1, (unsigned long long)got,
+            (unsigned long long)w);
     }
 }
 
