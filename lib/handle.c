@@ -154,8 +154,15 @@ static void errq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
 
 /* ---- arrivals and errors --------------------------------------------------------- */
 
-static void arrived(dchan_handle_t *h, uint32_t n)
+static inline __attribute__((always_inline)) void arrived(dchan_handle_t *h, uint32_t n)
 {
+    /* The callback reads the message next: ask for its first and last
+     * lines now, while the arrival is dispatched, rather than at its first
+     * read (FLAG's body is not on the word's line, nor a long message's
+     * start on its tail's). */
+    const char *slot = (const char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size;
+    __builtin_prefetch(slot);
+    __builtin_prefetch(slot + h->size - 1);
     h->n_arr += n;
     h->ctx->stats.arrivals += n;
     h->hstats.arrivals += n;
