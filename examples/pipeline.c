@@ -248,7 +248,11 @@ int main(int argc, char **argv)
     MPI_Wait(&send_req, MPI_STATUS_IGNORE);
     if (rank == 0)
         MPI_Wait(&recv_req, MPI_STATUS_IGNORE);
-    MPI_Barrier(MPI_COMM_WORLD); /* every get finished before a source goes */
+    /* Every get finished before a source goes. dchan's barrier, not
+     * MPI's: a neighbour's last get may still need this rank's progress
+     * (a source answers gets from its progress on some fabrics). */
+    if ((rc = dchan_barrier(st.ctx)) != DCHAN_SUCCESS)
+        die(&st, "dchan_barrier", rc);
     dchan_handle_destroy(st.get);
     dchan_handle_destroy(st.src);
     long all_bad = 0;

@@ -85,6 +85,15 @@ void app_wait_put_done(dchan_handle_t *sh)
         app_die_dchan("dchan_put_test", rc);
 }
 
+void app_barrier(dchan_ctx_t *ctx)
+{
+    int rc;
+    if (!ctx)
+        MPI_Barrier(MPI_COMM_WORLD);
+    else if ((rc = dchan_barrier(ctx)) != DCHAN_SUCCESS)
+        app_die_dchan("dchan_barrier", rc);
+}
+
 const char *app_detect_name(int d)
 {
     switch (d) {

@@ -37,6 +37,12 @@ void app_on_error(dchan_handle_t *h, int rc, void *arg);
 void app_count_arrival(dchan_handle_t *h, void *arg);
 /* Waits until the last put from a send buffer no longer reads it. */
 void app_wait_put_done(dchan_handle_t *sh);
+/* A barrier of all ranks that keeps ctx's channels moving while it waits
+ * (dchan_barrier); MPI_Barrier when ctx is NULL. A rank blocked in
+ * MPI_Barrier makes no progress on its channels, and a neighbour already
+ * past the barrier may need that progress for its puts to go (libfabric's
+ * shm moves data only in the target's progress). */
+void app_barrier(dchan_ctx_t *ctx);
 const char *app_detect_name(int detect);
 const char *app_mode_name(int mode);
 /* "A,B,C": three positive ints into out; 0 on success, -1 otherwise. */

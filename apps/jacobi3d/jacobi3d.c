@@ -978,7 +978,7 @@ static void teardown_channels(dchan_ctx_t *ctx, struct domain *dm)
             for (int f = 0; f < NFACES; f++)
                 if (dm->blk[bi].sh[c][f])
                     app_wait_put_done(dm->blk[bi].sh[c][f]);
-    MPI_Barrier(MPI_COMM_WORLD);
+    app_barrier(ctx);
     for (int bi = 0; bi < dm->L.nlocal; bi++) {
         struct block *b = &dm->blk[bi];
 
@@ -1422,7 +1422,7 @@ int main(int argc, char **argv)
     for (int pass = !untimed; pass < 2; pass++) {
         const int first = pass ? untimed : 0, end = pass ? o.c.iters : 1;
         if (pass)
-            MPI_Barrier(MPI_COMM_WORLD);
+            app_barrier(o.c.mode == MODE_DCHAN ? ctx : NULL);
         dm.comm = 0.0;
         double t0 = MPI_Wtime(), k0 = ticks();
         res += run(ctx, &dm, first, end, o.c.iters);

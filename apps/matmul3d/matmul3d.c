@@ -362,7 +362,7 @@ static void run_dchan(dchan_ctx_t *ctx, const struct geom *g, struct bufs *bu,
     }
 }
 
-static void teardown_channels(struct channels *ch, int q)
+static void teardown_channels(dchan_ctx_t *ctx, struct channels *ch, int q)
 {
     /* Every put has arrived, since each receiver waited for all of them;
      * local completion may lag, and no handle may go while a peer could
@@ -370,7 +370,7 @@ static void teardown_channels(struct channels *ch, int q)
     for (int k = 0; k < NKINDS; k++)
         for (int p = 0; p < 2; p++)
             wait_all_puts(ch, k, p, q);
-    MPI_Barrier(MPI_COMM_WORLD);
+    app_barrier(ctx);
     for (int k = 0; k < NKINDS; k++)
         for (int p = 0; p < 2; p++) {
             for (int t = 0; t < q; t++) {
@@ -602,7 +602,7 @@ int main(int argc, char **argv)
     for (int pass = 0; pass < 2; pass++) {
         const int first = pass ? 1 : 0, end = pass ? o.c.iters + 1 : 1;
         if (pass)
-            MPI_Barrier(MPI_COMM_WORLD);
+            app_barrier(o.c.mode == MODE_DCHAN ? ctx : NULL);
         double t0 = MPI_Wtime();
         if (o.c.mode == MODE_MSG)
             run_msg(&g, &bu, line, first, end);
@@ -634,7 +634,7 @@ int main(int argc, char **argv)
     }
 
     if (ctx) {
-        teardown_channels(&ch, g.q);
+        teardown_channels(ctx, &ch, g.q);
         free_bufs(ctx, &bu); /* before the context: dchan_alloc memory goes with it */
         if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
             fprintf(stderr, "matmul3d: rank %d: dchan_finalize: %s\n", app_rank, dchan_strerror(rc));
