@@ -602,7 +602,7 @@ int main(int argc, char **argv)
     for (int pass = 0; pass < 2; pass++) {
         const int first = pass ? 1 : 0, end = pass ? o.c.iters + 1 : 1;
         if (pass)
-            app_barrier(o.c.mode == MODE_DCHAN ? ctx : NULL);
+            app_barrier(ctx); /* NULL outside dchan mode: MPI_Barrier */
         double t0 = MPI_Wtime();
         if (o.c.mode == MODE_MSG)
             run_msg(&g, &bu, line, first, end);
