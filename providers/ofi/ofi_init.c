@@ -715,6 +715,27 @@ fail:
     return ret;
 }
 
+/*
+ * endpoint_open, once more where fi_enable found the endpoint's name taken.
+ * libfabric's shm names its region after the process id and an endpoint
+ * count; a region left in /dev/shm by a process that died with this
+ * process's id (an aborted job, a killed rank) holds a live pid, ours, so
+ * shm 1.17 calls it in use, removes it and fails with -FI_EBUSY. The next
+ * try creates the region afresh. Without it the endpoint with FI_READ
+ * failed on that rank alone, which left that rank without get.
+ */
+static int endpoint_open_retry(struct dchan_prov *p, const struct fi_info *cand,
+                               struct ofi_state **out, const char **what)
+{
+    int ret = endpoint_open(p, cand, out, what);
+    for (int tries = 1; ret == -FI_EBUSY && tries < 3; tries++) {
+        dchan_info(p->ctx, OFI_NAME, "%s: %s found the endpoint's name in use (%s); once more",
+                   core_name(cand), *what, fi_strerror(-ret));
+        ret = endpoint_open(p, cand, out, what);
+    }
+    return ret;
+}
+
 static int ofi_open(struct dchan_prov *p)
 {
     struct fi_info *list = NULL, *i;
@@ -762,16 +783,16 @@ static int ofi_open(struct dchan_prov *p)
         }
         ret = -FI_ENODATA;
         if (rd) {
-            ret = endpoint_open(p, rd, &st, &what);
+            ret = endpoint_open_retry(p, rd, &st, &what);
             if (ret == 0)
                 pl = rpl;
-            else if (rank0)
-                dchan_info(p->ctx, OFI_NAME, "%s with FI_READ: %s failed (%s); no get",
+            else /* every rank: one without get makes sources to it fail */
+                dchan_warn(p->ctx, OFI_NAME, "%s with FI_READ: %s failed (%s); no get",
                            core_name(i), what, fi_strerror(-ret));
             fi_freeinfo(rd);
         }
         if (ret)
-            ret = endpoint_open(p, i, &st, &what);
+            ret = endpoint_open_retry(p, i, &st, &what);
         if (ret == 0)
             break;
         rc = dchan_ofi_rc(p, ret, what);
