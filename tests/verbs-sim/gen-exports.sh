@@ -140,9 +140,11 @@ awk -v map="$map" -v stubs="$stubs" -v lib="$lib" '
         print "#include \"vsim_stubs.h\"" > stubs
         print "" > stubs
         # A driver registering itself (from its constructor) is accepted
-        # and ignored; every other call aborts loudly if ever made.
+        # and ignored, and so are the log lines of a driver library (libefa logs
+        # "not an EFA device" when libfabric asks it about a simulated
+        # one); every other call aborts loudly if ever made.
         for (i = 1; i <= nd; i++)
-            printf "%s(%s)\n", def[i] ~ /^verbs_register_driver_/ ? "VSIM_NOOP_STUB" : "VSIM_WEAK_STUB",
+            printf "%s(%s)\n", def[i] ~ /^(verbs_register_driver_|__verbs_log$)/ ? "VSIM_NOOP_STUB" : "VSIM_WEAK_STUB",
                 def[i] > stubs
         for (i = 1; i <= no; i++) printf "VSIM_DATA(%s, %d)\n", obj[i], osize[i] > stubs
         for (i = 1; i <= nc; i++) printf "VSIM_COMPAT_STUB(%s, %s, %d)\n", cname[i], cver[i], i > stubs

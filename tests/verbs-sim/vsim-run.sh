@@ -25,6 +25,9 @@ scenario=$1 placement=$2 device=$3
 
 case $scenario in
 basic) exe="$builddir/vsim_basic"; args= ;;
+# dchan_info probes every provider, libfabric too, whose own verbs and efa
+# providers load librdmacm and libefa on top of the simulation.
+info)  exe="$builddir/../../tools/dchan_info"; args=-p ;;
 *)     exe="$builddir/vsim_rdma"; args=$scenario ;;
 esac
 case $device in
@@ -84,8 +87,21 @@ export DCHAN_VSIM_DIR DCHAN_VSIM_FABRIC DCHAN_VSIM_PLACEMENT LD_LIBRARY_PATH LD_
     VSIM_TEST_EXPECT_SIM
 
 echo "vsim-run: $exe $args (placement $placement, device $VSIM_TEST_DEVICE)"
-run
-rc=$?
+if [ "$scenario" = info ]; then
+    out=$fabric_root/info.out
+    run > "$out"
+    rc=$?
+    cat "$out"
+    # To its end, with the simulated device as the verbs provider's.
+    if [ $rc -eq 0 ] && { ! grep -Eq "^  verbs +usable: .*$VSIM_TEST_DEVICE port 1" "$out" ||
+                          ! grep -q '^bootstrap methods:' "$out"; }; then
+        echo "vsim-run: FAIL: dchan_info did not list $VSIM_TEST_DEVICE as usable, or stopped early"
+        rc=1
+    fi
+else
+    run
+    rc=$?
+fi
 if [ $rc -eq 77 ]; then
     echo "vsim-run: FAIL: the simulation offered no device"
     rc=1

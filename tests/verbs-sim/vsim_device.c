@@ -12,7 +12,9 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -105,6 +107,47 @@ VSIM_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 	struct vsim_device *d = to_vdev(device);
 
 	return d ? htobe64(d->guid) : 0;
+}
+
+/*
+ * librdmacm asks for it first (libfabric loads librdmacm for its own verbs
+ * provider, so any program that probes libfabric under the simulation, as
+ * dchan_info does, gets here). The real call returns the sysfs mount point;
+ * the simulated devices have no entries there, so librdmacm then finds no
+ * RDMA CM device and says so with an error code.
+ */
+const char *ibv_get_sysfs_path(void); /* declared in rdma-core's driver.h */
+
+VSIM_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	return "/sys";
+}
+
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
+
+/* As the real one: the file's text without its newline, or -1 (here, with
+ * no RDMA in the kernel, librdmacm's abi_version is not there). */
+VSIM_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	char path[4096];
+	ssize_t n;
+	int fd;
+
+	if (!size || snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return -1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, size);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	if ((size_t)n == size)
+		n--;
+	buf[n] = '\0';
+	if (n && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	return (int)n;
 }
 
 /* ---- contexts ----------------------------------------------------------- */
