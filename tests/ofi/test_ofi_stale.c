@@ -34,7 +34,7 @@
 
 #define SIZE 4096
 
-static void die(const char *fmt, ...)
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -167,7 +167,7 @@ int main(void)
     static unsigned char src[SIZE], dst[SIZE];
     for (int i = 0; i < SIZE; i++)
         src[i] = (unsigned char)(i * 7 + 3);
-    dchan_handle_t *s, *g;
+    dchan_handle_t *s = NULL, *g = NULL;
     dchan_wire_t w;
     rc = dchan_create_source(ctx, 0, src, SIZE, on_taken, NULL, &s);
     if (rc != DCHAN_SUCCESS)
