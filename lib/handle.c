@@ -375,8 +375,15 @@ void dchan_handle_id_free(dchan_ctx_t *ctx, uint32_t id)
 /* ---- credit word indices ------------------------------------------------------- */
 
 /* Per sender rank: which words of its credit area this rank's receive
- * handles use, and the tag each word's next user writes (never 0, a new
- * one at each reuse, so a sender never takes an old channel's count). */
+ * handles use, and the tag each word's next user starts from (never 0).
+ *
+ * A channel's credit word is (tag << 32) + releases, a 64-bit count that
+ * may carry into the high half, and every value a word ever holds is larger
+ * than the one before, across the channels that use it in turn: the next
+ * user's tag lies above the last user's final value by at least 2^32. So a
+ * word may be written in any order as long as the largest write wins (an
+ * atomic maximum), and a sender tells its own channel's counts apart from
+ * an older or newer user's by its own 64-bit count (credits_now). */
 struct dchan_credit_ids {
     uint32_t nfree;
     uint16_t *free;
@@ -412,11 +419,14 @@ static int cid_alloc(dchan_ctx_t *ctx, int peer, uint16_t *idx, uint32_t *tag)
     return DCHAN_SUCCESS;
 }
 
-static void cid_free(dchan_ctx_t *ctx, int peer, uint16_t idx)
+/* last: the largest value the channel could have written to the word. */
+static void cid_free(dchan_ctx_t *ctx, int peer, uint16_t idx, uint64_t last)
 {
     struct dchan_credit_ids *c = ctx->cids[peer];
-    if (++c->tag[idx] == 0)
-        c->tag[idx] = 1;
+    uint64_t next = (last >> 32) + 2;
+    if (next > UINT32_MAX)
+        return; /* values would stop growing: the word is used up for good */
+    c->tag[idx] = (uint32_t)next;
     c->free[c->nfree++] = idx;
 }
 
@@ -464,7 +474,7 @@ static void credit_push(dchan_handle_t *h)
         h->cdirty = true; /* written when the one in flight completes */
         return;
     }
-    h->csrc = ((uint64_t)h->ctag << 32) | h->n_rel;
+    h->csrc = ((uint64_t)h->ctag << 32) + h->crel;
     int rc = h->prov->ops->credit_write(h, h->cidx, &h->csrc);
     h->cdirty = rc == DCHAN_ERR_AGAIN;
     if (rc == DCHAN_SUCCESS)
@@ -634,7 +644,7 @@ free_id:
     id_free(ctx, h->id);
 free_cid:
     if (credit)
-        cid_free(ctx, sender_rank, h->cidx);
+        cid_free(ctx, sender_rank, h->cidx, ((uint64_t)h->ctag << 32) + h->crel);
 free_handle:
     free(h);
 out:
@@ -757,10 +767,13 @@ int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf
             p->ops->send_close(h);
             goto free_slot;
         }
-        /* Associating again: go on from what the receiver released. */
-        uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
-        if ((uint32_t)(w >> 32) == h->ctag)
-            h->n_put = h->granted = (uint32_t)w;
+        /* Associating again: go on from what the receiver released (a
+         * value below the channel's base is an earlier user's). */
+        uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE), base = (uint64_t)h->ctag << 32;
+        if (w >= base) {
+            h->cgranted = w - base;
+            h->n_put = h->granted = (uint32_t)h->cgranted;
+        }
         /* Credit from the slots' tails (credits_now) where another process's
          * slots are mapped here, which stays so while the provider lives
          * (map_slot); a receiver in this process may free its buffer. */
@@ -813,6 +826,7 @@ static int mark_locked(dchan_handle_t *h)
     if (h->arm_op && (rc = h->prov->ops->recv_arm(h, slot)) != DCHAN_SUCCESS)
         return rc;
     h->n_rel++;
+    h->crel++;
     /* Depth 1 waits for ready_pollq; deeper handles stay queued. */
     if (h->depth == 1)
         h->in_pollq = false;
@@ -880,6 +894,7 @@ static int ready_one(dchan_handle_t *h)
     if (h->arm_op && (rc = h->prov->ops->recv_arm(h, 0)) != DCHAN_SUCCESS)
         return rc;
     h->n_rel++;
+    h->crel++;
     h->in_pollq = true;
     if (h->credit) {
         credit_push(h);
@@ -938,7 +953,7 @@ static inline void prefetch_owned(const void *p)
 }
 
 /* Puts the receiver allows now: the slots it released, plus depth, less the
- * puts made. A word with another channel's tag (an index reused) or an
+ * puts made. A value of another user of the word (an index reused) or an
  * older count (it cannot be, but a count never goes back) changes nothing. */
 static inline uint32_t credits_now(dchan_handle_t *h)
 {
@@ -957,13 +972,17 @@ static inline uint32_t credits_now(dchan_handle_t *h)
             if (__atomic_load_n(t, __ATOMIC_ACQUIRE) != h->oob)
                 break;
         }
+        h->cgranted += (uint32_t)(h->n_put + n - h->depth - h->granted);
         h->granted = h->n_put + n - h->depth;
         return n;
     }
-    uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE);
-    uint32_t c = (uint32_t)w;
-    if ((uint32_t)(w >> 32) == h->ctag && (uint32_t)(c - h->granted) <= h->depth)
-        h->granted = c;
+    /* Ours when at most depth above what is known: an earlier user's
+     * values lie below the base, a later user's 2^32 or more above ours. */
+    uint64_t c = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE) - ((uint64_t)h->ctag << 32);
+    if (c - h->cgranted <= h->depth) {
+        h->cgranted = c;
+        h->granted = (uint32_t)c;
+    }
     return h->granted + h->depth - h->n_put;
 }
 
@@ -1314,7 +1333,7 @@ int dchan_handle_release(dchan_handle_t *h)
             }
             if (h->on_credq)
                 credq_remove(ctx, h);
-            cid_free(ctx, h->peer, h->cidx);
+            cid_free(ctx, h->peer, h->cidx, ((uint64_t)h->ctag << 32) + h->crel);
         }
         h->prov->ops->recv_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)

@@ -666,15 +666,13 @@ static void mpi_send_close(dchan_handle_t *h)
     unreserve(dchan_h_prov(h)->state, 1);
 }
 
-/* A count is taken unless it is an older one of the same channel (the tag
- * in the high half); another tag is another channel's, which the core
- * tells apart by itself. */
+/* The larger count wins: the values of a credit word only grow, across
+ * the channels that use it in turn (lib/handle.c, cid_free), so one that
+ * arrives after a larger one is stale. */
 static void credit_apply(uint64_t *word, uint64_t v)
 {
-    uint64_t cur = __atomic_load_n(word, __ATOMIC_RELAXED);
-    if ((cur >> 32) == (v >> 32) && (int32_t)((uint32_t)v - (uint32_t)cur) <= 0)
-        return;
-    __atomic_store_n(word, v, __ATOMIC_RELEASE);
+    if (v > __atomic_load_n(word, __ATOMIC_RELAXED))
+        __atomic_store_n(word, v, __ATOMIC_RELEASE);
 }
 
 /* Take every count that already arrived, then leave the receive posted

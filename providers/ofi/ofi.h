@@ -15,6 +15,7 @@
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
@@ -147,6 +148,7 @@ struct ofi_state {
     struct ofi_mr *credit_mr;
     struct ofi_cpeer *cpeer;
     bool credit_inject; /* fi_inject_write: the provider orders write after write */
+    bool credit_atomic; /* else fi_inject_atomic FI_MAX: counts in any order */
     /* Sources of credit writes with a completion, one per operation
      * context (registered where FI_MR_LOCAL asks for it). */
     uint64_t *csrc;

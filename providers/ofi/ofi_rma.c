@@ -953,6 +953,17 @@ int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *sr
             return DCHAN_ERR_AGAIN;
         return dchan_ofi_rc(p, (int)ret, "fi_inject_write (credit)");
     }
+    if (st->credit_atomic) {
+        /* The word becomes the larger of the two: an older count landing
+         * after a newer one changes nothing. The same limit as above. */
+        ret = fi_inject_atomic(st->ep, src, 1, st->peers[peer], raddr, c->key, FI_UINT64,
+                               FI_MAX);
+        if (ret == 0)
+            return DCHAN_PROV_PUT_DONE;
+        if (ret == -FI_EAGAIN || dchan_ofi_unsent((int)ret))
+            return DCHAN_ERR_AGAIN;
+        return dchan_ofi_rc(p, (int)ret, "fi_inject_atomic (credit)");
+    }
 
     struct ofi_op *op = st->free_ops;
     if (!op)

@@ -12,9 +12,10 @@
  *   credit         credited channels of depth 1, 3 and 16 around a ring, as
  *                  fast as credit allows, with a consumer that holds slots:
  *                  with --max-msg each put is several writes at its slot's
- *                  offset, with --mr-local the credit writes that need a
- *                  completion come from registered memory, with --cq-data 4
- *                  EVENT arrivals carry the 4-byte id
+ *                  offset, with --credit a given way of returning credit
+ *                  (completion: writes that need a completion, which with
+ *                  --mr-local come from registered memory), with --cq-data
+ *                  4 EVENT arrivals carry the 4-byte id
  *   registrations  one send buffer for many channels is registered once
  *                  (--mr-local registers send buffers even where the
  *                  libfabric provider does not require it); FLAG sequence
@@ -952,6 +953,7 @@ static void usage(void)
                     "wire|abandon|gather|get|select|latency|get-latency\n"
                     "       [--sizes a,b] [--iters N] [--cq-data 4|8] [--max-msg N]\n"
                     "       [--order auto|ordered|fence|completion] [--mr-local]\n"
+                    "       [--credit auto|write|atomic|completion]\n"
                     "       [--fi-provider NAME] [--expect PROVIDER] [--drain-ms N]\n");
     exit(2);
 }
@@ -965,6 +967,7 @@ int main(int argc, char **argv)
         {"test", required_argument, 0, 't'},    {"sizes", required_argument, 0, 's'},
         {"iters", required_argument, 0, 'i'},   {"cq-data", required_argument, 0, 'c'},
         {"max-msg", required_argument, 0, 'm'}, {"order", required_argument, 0, 'o'},
+        {"credit", required_argument, 0, 'C'},
         {"mr-local", no_argument, 0, 'l'},      {"fi-provider", required_argument, 0, 'f'},
         {"expect", required_argument, 0, 'e'},  {"drain-ms", required_argument, 0, 'd'},
         {0, 0, 0, 0}};
@@ -982,6 +985,7 @@ int main(int argc, char **argv)
         case 'c': setenv("DCHAN_OFI_CQ_DATA_SIZE", optarg, 1); break;
         case 'm': setenv("DCHAN_OFI_MAX_MSG", optarg, 1); break;
         case 'o': setenv("DCHAN_OFI_ORDER", optarg, 1); break;
+        case 'C': setenv("DCHAN_OFI_CREDIT", optarg, 1); break;
         case 'l': setenv("DCHAN_OFI_MR_LOCAL", "1", 1); break;
         case 'f': setenv("FI_PROVIDER", optarg, 1); break; /* over the runner's */
         case 'e': expect = optarg; break;

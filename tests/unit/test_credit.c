@@ -7,6 +7,8 @@
 
 #include "unit.h"
 
+#include "core.h"
+
 #define OOBP 0x0b0b0b0b0b0b0b0bull
 
 /* A credited self channel of depth k. */
@@ -336,13 +338,71 @@ static void test_credit_words(void **state)
     assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
+/* A credit word's count does not wrap: a channel past 2^32 releases goes on
+ * with exact credit, a stale count written late is ignored, and the next
+ * channel on the word starts above all the old one wrote, with full credit.
+ * The counters are set 4 short of 2^32 on both sides at the start, where
+ * four billion put/ready rounds would have left them. */
+static void test_credit_count_64(void **state)
+{
+    int mode = UNIT_MODE(state);
+    setenv("DCHAN_CREDIT_WORDS", "1", 1);
+    dchan_ctx_t *ctx = unit_ctx(mode);
+    unsetenv("DCHAN_CREDIT_WORDS");
+    struct cchan a, c;
+    cchan_open(&a, ctx, 32, 2);
+    const uint32_t start = UINT32_MAX - 3;
+    a.rh->n_arr = a.rh->n_fired = a.rh->n_rel = start;
+    a.rh->crel = start;
+    a.sh->n_put = a.sh->granted = start;
+    a.sh->cgranted = start;
+    const uint64_t base = (uint64_t)a.rh->ctag << 32;
+    for (int i = 0; i < 8; i++) {
+        unit_fill(a.sbuf, 32, 3, i);
+        assert_int_equal(dchan_put(a.sh), DCHAN_SUCCESS);
+        assert_int_equal(dchan_credits(a.sh), 1);
+        assert_int_equal(drain(ctx, &a, i + 1), DCHAN_SUCCESS);
+        void *p;
+        assert_int_equal(dchan_slot(a.rh, &p), DCHAN_SUCCESS);
+        assert_true(unit_check(p, 32, 3, i));
+        assert_int_equal(dchan_ready(a.rh), DCHAN_SUCCESS);
+        assert_int_equal(dchan_credits(a.sh), 2);
+        /* The word carried into its high half, and only grows. */
+        assert_true(*a.sh->cword == base + (uint64_t)start + (uint64_t)i + 1);
+    }
+    assert_true(*a.sh->cword > base + UINT32_MAX);
+    const uint64_t last = *a.sh->cword;
+    /* A count of this channel from before, landing late: ignored. */
+    *(volatile uint64_t *)a.sh->cword = last - 1;
+    assert_int_equal(dchan_credits(a.sh), 2);
+    *(volatile uint64_t *)a.sh->cword = last;
+    cchan_close(&a);
+    /* The word again, for another channel: above the old values by 2^32. */
+    cchan_open(&c, ctx, 32, 2);
+    assert_true(((uint64_t)c.rh->ctag << 32) >= last + (1ull << 32));
+    assert_int_equal(dchan_credits(c.sh), 2);
+    /* The old channel's last count, written late: not this channel's. */
+    *(volatile uint64_t *)c.sh->cword = last;
+    assert_int_equal(dchan_credits(c.sh), 2);
+    for (int i = 0; i < 2; i++) {
+        unit_fill(c.sbuf, 32, 4, i);
+        assert_int_equal(dchan_put(c.sh), DCHAN_SUCCESS);
+    }
+    assert_int_equal(dchan_put(c.sh), DCHAN_ERR_AGAIN);
+    assert_int_equal(drain(ctx, &c, 2), DCHAN_SUCCESS);
+    assert_int_equal(dchan_ready(c.rh), DCHAN_SUCCESS);
+    assert_int_equal(dchan_credits(c.sh), 1);
+    cchan_close(&c);
+    assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
+}
+
 int main(void)
 {
     unit_clean_env();
     const struct CMUnitTest tests[] = {
         UNIT_TEST_MODES(test_credit_exact),  UNIT_TEST_MODES(test_slot_in_callback),
         UNIT_TEST_MODES(test_put_ptr),       UNIT_TEST_MODES(test_bad_input),
-        UNIT_TEST_MODES(test_credit_words),
+        UNIT_TEST_MODES(test_credit_words),  UNIT_TEST_MODES(test_credit_count_64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
