@@ -15,7 +15,8 @@
  * helper (the owner it records) is still alive, and this process then
  * opens dchan and gets a buffer from itself over ofi. Exit 0 when the get
  * returns the buffer intact, 1 on any failure, 77 where libfabric has no
- * shm provider.
+ * shm provider or names its regions otherwise (libfabric 1.17, Debian 12's,
+ * does as above).
  */
 #include "config.h"
 
@@ -146,8 +147,14 @@ int main(void)
         fprintf(stderr, "test_ofi_stale: libfabric offers no shm provider here\n");
         return 77;
     }
-    if (!find_region(pid, rest, sizeof rest))
-        die("no /dev/shm region of the helper (pid %d)", (int)pid);
+    if (!find_region(pid, rest, sizeof rest)) {
+        /* Another libfabric names its regions otherwise: no such clash. */
+        fprintf(stderr, "test_ofi_stale: this libfabric's shm keeps no /dev/shm/<pid>:... "
+                        "region (helper pid %d): nothing to test\n", (int)pid);
+        close(go[1]);
+        waitpid(pid, NULL, 0);
+        return 77;
+    }
     /* Our first endpoint's name: the helper's with our pid and index 0. */
     char *idx = strrchr(rest, ':');
     if (!idx)
