@@ -219,10 +219,12 @@ static inline void verify(const unsigned char *b, size_t n, int from, int chan, 
             continue;
         }
         memcpy(&got, b + k, len);
+        /* The address too: a word that straddles an 8-byte boundary may
+         * land in two pieces on hardware, which a torn word would tell. */
         die("data from rank %d, channel %d, iteration %ld (%zu bytes)%s: bytes %zu..%zu are "
-            "%016llx, expected %016llx",
+            "%016llx, expected %016llx (at %p)",
             from, chan, iter, n, mpt_verify_when, k, k + len - 1, (unsigned long long)got,
-            (unsigned long long)w);
+            (unsigned long long)w, (const void *)(b + k));
     }
 }
 
