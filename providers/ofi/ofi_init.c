@@ -822,13 +822,16 @@ static int ofi_open(struct dchan_prov *p)
                 ret = endpoint_open_retry(p, rd, &st, &what);
                 if (ret == 0)
                     pl = rpl;
-                else /* every rank: one without get makes sources to it fail */
-                    dchan_warn(p->ctx, OFI_NAME, "%s with %s: %s failed (%s)%s", core_name(i),
-                               extras[e].name, what, fi_strerror(-ret), e == 1 ? "; no get" : "");
+                else if (e == 1) /* every rank: one without get makes sources to it fail */
+                    dchan_warn(p->ctx, OFI_NAME, "%s with %s: %s failed (%s); no get",
+                               core_name(i), extras[e].name, what, fi_strerror(-ret));
+                else if (rank0) /* another try follows, or the skip says why */
+                    dchan_info(p->ctx, OFI_NAME, "%s with %s: %s failed (%s)", core_name(i),
+                               extras[e].name, what, fi_strerror(-ret));
             }
             fi_freeinfo(rd);
         }
-        if (ret && atomic && ret == -FI_ENODATA) {
+        if (atomic && ret == -FI_ENODATA) {
             snprintf(why, sizeof why, "DCHAN_OFI_CREDIT=atomic: %s offers no FI_ATOMIC",
                      core_name(i));
             rc = DCHAN_ERR_UNSUPPORTED;

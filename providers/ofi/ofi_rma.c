@@ -939,30 +939,25 @@ int dchan_ofi_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *sr
         return DCHAN_ERR_HANDLE;
     /* Our row of the sender's area, with the stride it published. */
     uint64_t raddr = c->raddr + ((uint64_t)dchan_ctx_rank(p->ctx) * c->words + index) * 8;
-    if (st->credit_inject) {
+    if (st->credit_inject || st->credit_atomic) {
         /* No completion, so no error either. A connection that tcp drops
          * (under a write to a closed region) may take it along: the sender
          * then sees that credit only with this channel's next return, and
          * a sender left without any waits for good. A known limit: the
-         * drop itself comes from a channel broken by its own user. */
-        ret = fi_inject_write(st->ep, src, sizeof *src, st->peers[peer], raddr, c->key);
+         * drop itself comes from a channel broken by its own user. As an
+         * atomic maximum, an older count landing after a newer one
+         * changes nothing. */
+        ret = st->credit_inject
+                  ? fi_inject_write(st->ep, src, sizeof *src, st->peers[peer], raddr, c->key)
+                  : fi_inject_atomic(st->ep, src, 1, st->peers[peer], raddr, c->key, FI_UINT64,
+                                     FI_MAX);
         if (ret == 0)
             return DCHAN_PROV_PUT_DONE;
         /* Not sent: the core tries again from progress. */
         if (ret == -FI_EAGAIN || dchan_ofi_unsent((int)ret))
             return DCHAN_ERR_AGAIN;
-        return dchan_ofi_rc(p, (int)ret, "fi_inject_write (credit)");
-    }
-    if (st->credit_atomic) {
-        /* The word becomes the larger of the two: an older count landing
-         * after a newer one changes nothing. The same limit as above. */
-        ret = fi_inject_atomic(st->ep, src, 1, st->peers[peer], raddr, c->key, FI_UINT64,
-                               FI_MAX);
-        if (ret == 0)
-            return DCHAN_PROV_PUT_DONE;
-        if (ret == -FI_EAGAIN || dchan_ofi_unsent((int)ret))
-            return DCHAN_ERR_AGAIN;
-        return dchan_ofi_rc(p, (int)ret, "fi_inject_atomic (credit)");
+        return dchan_ofi_rc(p, (int)ret, st->credit_inject ? "fi_inject_write (credit)"
+                                                           : "fi_inject_atomic (credit)");
     }
 
     struct ofi_op *op = st->free_ops;

@@ -287,15 +287,35 @@ static void test_bad_input(void **state)
     assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
+/* A fresh channel takes exactly its depth of puts (message id, i), refuses
+ * the next, and all of them arrive. */
+static void put_to_depth(dchan_ctx_t *ctx, struct cchan *c, int id)
+{
+    assert_int_equal(dchan_credits(c->sh), c->k);
+    for (int i = 0; i < c->k; i++) {
+        unit_fill(c->sbuf, c->size, id, i);
+        assert_int_equal(dchan_put(c->sh), DCHAN_SUCCESS);
+    }
+    assert_int_equal(dchan_put(c->sh), DCHAN_ERR_AGAIN);
+    assert_int_equal(drain(ctx, c, c->k), DCHAN_SUCCESS);
+}
+
+/* A context whose ranks keep 'words' credit words for each peer. */
+static dchan_ctx_t *ctx_with_words(int mode, const char *words)
+{
+    setenv("DCHAN_CREDIT_WORDS", words, 1);
+    dchan_ctx_t *ctx = unit_ctx(mode);
+    unsetenv("DCHAN_CREDIT_WORDS");
+    return ctx;
+}
+
 /* DCHAN_CREDIT_WORDS bounds the credited channels from one sender; a word
  * freed and taken again starts the new channel with full credit, whatever
  * count the old one left there. */
 static void test_credit_words(void **state)
 {
     int mode = UNIT_MODE(state);
-    setenv("DCHAN_CREDIT_WORDS", "2", 1);
-    dchan_ctx_t *ctx = unit_ctx(mode);
-    unsetenv("DCHAN_CREDIT_WORDS");
+    dchan_ctx_t *ctx = ctx_with_words(mode, "2");
     struct cchan a, b;
     cchan_open(&a, ctx, 32, 2);
     cchan_open(&b, ctx, 32, 2);
@@ -320,13 +340,7 @@ static void test_credit_words(void **state)
     cchan_close(&a);
     struct cchan c;
     cchan_open(&c, ctx, 32, 2);
-    assert_int_equal(dchan_credits(c.sh), 2);
-    for (int i = 0; i < 2; i++) {
-        unit_fill(c.sbuf, 32, 1, i);
-        assert_int_equal(dchan_put(c.sh), DCHAN_SUCCESS);
-    }
-    assert_int_equal(dchan_put(c.sh), DCHAN_ERR_AGAIN);
-    assert_int_equal(drain(ctx, &c, 2), DCHAN_SUCCESS);
+    put_to_depth(ctx, &c, 1);
     assert_ptr_equal(c.slot_in_cb, c.rbuf); /* slot 0, still held, is the oldest */
     void *p;
     assert_int_equal(dchan_slot(c.rh, &p), DCHAN_SUCCESS);
@@ -346,9 +360,7 @@ static void test_credit_words(void **state)
 static void test_credit_count_64(void **state)
 {
     int mode = UNIT_MODE(state);
-    setenv("DCHAN_CREDIT_WORDS", "1", 1);
-    dchan_ctx_t *ctx = unit_ctx(mode);
-    unsetenv("DCHAN_CREDIT_WORDS");
+    dchan_ctx_t *ctx = ctx_with_words(mode, "1");
     struct cchan a, c;
     cchan_open(&a, ctx, 32, 2);
     const uint32_t start = UINT32_MAX - 3;
@@ -383,13 +395,7 @@ static void test_credit_count_64(void **state)
     assert_int_equal(dchan_credits(c.sh), 2);
     /* The old channel's last count, written late: not this channel's. */
     *(volatile uint64_t *)c.sh->cword = last;
-    assert_int_equal(dchan_credits(c.sh), 2);
-    for (int i = 0; i < 2; i++) {
-        unit_fill(c.sbuf, 32, 4, i);
-        assert_int_equal(dchan_put(c.sh), DCHAN_SUCCESS);
-    }
-    assert_int_equal(dchan_put(c.sh), DCHAN_ERR_AGAIN);
-    assert_int_equal(drain(ctx, &c, 2), DCHAN_SUCCESS);
+    put_to_depth(ctx, &c, 4);
     assert_int_equal(dchan_ready(c.rh), DCHAN_SUCCESS);
     assert_int_equal(dchan_credits(c.sh), 1);
     cchan_close(&c);
