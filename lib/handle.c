@@ -163,6 +163,9 @@ static inline __attribute__((always_inline)) void arrived(dchan_handle_t *h, uin
     const char *slot = (const char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size;
     __builtin_prefetch(slot);
     __builtin_prefetch(slot + h->size - 1);
+    /* And for the credit written at the release, its word's line. */
+    if (h->credit && h->prov->ops->credit_prefetch)
+        h->prov->ops->credit_prefetch(h);
     h->n_arr += n;
     h->ctx->stats.arrivals += n;
     h->hstats.arrivals += n;
@@ -940,18 +943,6 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
 
 /* ---- sender: credit ------------------------------------------------------------------- */
 
-/* Ask for the line of p in a state this core may write: the put that
- * follows a look at a slot's tail writes that line, and a plain load
- * would fetch it shared, then need a second transfer to own it. */
-static inline void prefetch_owned(const void *p)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p)); /* a no-op where unknown */
-#else
-    __builtin_prefetch(p, 1);
-#endif
-}
-
 /* Puts the receiver allows now: the slots it released, plus depth, less the
  * puts made. A value of another user of the word (an index reused) or an
  * older count (it cannot be, but a count never goes back) changes nothing. */
@@ -968,7 +959,7 @@ static inline uint32_t credits_now(dchan_handle_t *h)
         for (; n < h->depth; n++) {
             const uint64_t *t = (const uint64_t *)(h->ctail + (size_t)dchan_slot_of(h->n_put + n, h->depth) *
                                                                   h->size);
-            prefetch_owned(t);
+            dchan_prefetch_owned(t); /* the put that follows writes that line */
             if (__atomic_load_n(t, __ATOMIC_ACQUIRE) != h->oob)
                 break;
         }

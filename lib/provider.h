@@ -234,6 +234,13 @@ struct dchan_provider_ops {
      * way, dchan_core_credit_done follows, and src stays untouched until
      * then; DCHAN_ERR_AGAIN: busy, the core retries from progress. */
     int (*credit_write)(dchan_handle_t *h, uint32_t index, const uint64_t *src);
+    /* Receiver, optional (NULL: nothing to do): a message arrived on h,
+     * whose credit_write follows at its release. A provider that writes
+     * the word with a store asks for its line now (dchan_prefetch_owned):
+     * the sender has read it since, and the store would otherwise wait for
+     * that line where the put that follows it must not (shm's EVENT claim
+     * is a locked instruction, which drains the store buffer). */
+    void (*credit_prefetch)(dchan_handle_t *h);
 
     /* Poll completions; report them through dchan_core_*. Returns >= 0
      * (events seen) or a negative code for a failure of the whole provider. */
@@ -385,6 +392,17 @@ static inline void dchan_waketimer_activity(struct dchan_waketimer *t)
 }
 void dchan_waketimer_close(struct dchan_waketimer *t);
 
+
+/* Ask for the line of p in a state this core may write: a plain load
+ * would fetch it shared, then need a second transfer to own it. */
+static inline void dchan_prefetch_owned(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p)); /* a no-op where unknown */
+#else
+    __builtin_prefetch(p, 1);
+#endif
+}
 
 /* Either side: an asynchronous failure on one handle (it enters the error
  * state; error_fn is called from the next progress). */

