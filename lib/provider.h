@@ -237,9 +237,9 @@ struct dchan_provider_ops {
     /* Receiver, optional (NULL: nothing to do): a message arrived on h,
      * whose credit_write follows at its release. A provider that writes
      * the word with a store asks for its line now (dchan_prefetch_owned):
-     * the sender has read it since, and the store would otherwise wait for
-     * that line where the put that follows it must not (shm's EVENT claim
-     * is a locked instruction, which drains the store buffer). */
+     * the sender has read it since, so the store misses, and stores leave
+     * a core in order, so the stores of the put that usually follows (the
+     * arrival it signals) would wait for that line. */
     void (*credit_prefetch)(dchan_handle_t *h);
 
     /* Poll completions; report them through dchan_core_*. Returns >= 0
