@@ -96,10 +96,9 @@ struct dchan_handle {
     uint32_t depth;                /* slots of size bytes in buf */
     uint32_t n_arr, n_fired, n_rel; /* receiver: see DCHAN_R_* */
     uint32_t n_put;                /* sender: puts made; the next goes to n_put % depth */
-    uint32_t granted;              /* sender: releases the receiver reported */
     uint32_t ctag;                 /* both: the channel's credit words are (ctag << 32) + releases */
     uint64_t crel;                 /* receiver: releases so far, not wrapping */
-    uint64_t cgranted;             /* sender: granted, not wrapping */
+    uint64_t cgranted;             /* sender: releases the receiver reported, not wrapping */
     uint16_t cidx;                 /* both: index of the credit word */
     bool cbusy, cdirty, on_credq;  /* receiver: a credit write in flight / owed / queued */
     const volatile uint64_t *cword; /* sender: the word the receiver writes */

@@ -468,6 +468,12 @@ static void credq_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
     h->on_credq = false;
 }
 
+/* The value of the channel's credit word after the releases so far. */
+static inline uint64_t credit_value(const dchan_handle_t *h)
+{
+    return ((uint64_t)h->ctag << 32) + h->crel;
+}
+
 /* Tell the sender how many slots were released so far. The count is
  * cumulative, so a write that is late, or one skipped while another is in
  * flight, only delays credit: it never grants a slot that is not free. */
@@ -477,7 +483,7 @@ static void credit_push(dchan_handle_t *h)
         h->cdirty = true; /* written when the one in flight completes */
         return;
     }
-    h->csrc = ((uint64_t)h->ctag << 32) + h->crel;
+    h->csrc = credit_value(h);
     int rc = h->prov->ops->credit_write(h, h->cidx, &h->csrc);
     h->cdirty = rc == DCHAN_ERR_AGAIN;
     if (rc == DCHAN_SUCCESS)
@@ -647,7 +653,7 @@ free_id:
     id_free(ctx, h->id);
 free_cid:
     if (credit)
-        cid_free(ctx, sender_rank, h->cidx, ((uint64_t)h->ctag << 32) + h->crel);
+        cid_free(ctx, sender_rank, h->cidx, credit_value(h));
 free_handle:
     free(h);
 out:
@@ -775,7 +781,7 @@ int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf
         uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE), base = (uint64_t)h->ctag << 32;
         if (w >= base) {
             h->cgranted = w - base;
-            h->n_put = h->granted = (uint32_t)h->cgranted;
+            h->n_put = (uint32_t)h->cgranted;
         }
         /* Credit from the slots' tails (credits_now) where another process's
          * slots are mapped here, which stays so while the provider lives
@@ -943,9 +949,16 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
 
 /* ---- sender: credit ------------------------------------------------------------------- */
 
-/* Puts the receiver allows now: the slots it released, plus depth, less the
- * puts made. A value of another user of the word (an index reused) or an
- * older count (it cannot be, but a count never goes back) changes nothing. */
+/* Puts the credit known so far allows: the slots the receiver released,
+ * plus depth, less the puts made (in 32 bits, as n_put). */
+static inline uint32_t credit_known(const dchan_handle_t *h)
+{
+    return (uint32_t)h->cgranted + h->depth - h->n_put;
+}
+
+/* Puts the receiver allows now: credit_known after a look at the words. A
+ * value of another user of the word (an index reused) or an older count
+ * (it cannot be, but a count never goes back) changes nothing. */
 static inline uint32_t credits_now(dchan_handle_t *h)
 {
     if (h->ctail) {
@@ -955,7 +968,7 @@ static inline uint32_t credits_now(dchan_handle_t *h)
          * writes anyway, where the credit word is a line of its own that
          * the receiver writes and this side must fetch. Slots are released
          * in order, so the free ones follow the known ones. */
-        uint32_t n = h->granted + h->depth - h->n_put;
+        uint32_t known = credit_known(h), n = known;
         for (; n < h->depth; n++) {
             const uint64_t *t = (const uint64_t *)(h->ctail + (size_t)dchan_slot_of(h->n_put + n, h->depth) *
                                                                   h->size);
@@ -963,18 +976,15 @@ static inline uint32_t credits_now(dchan_handle_t *h)
             if (__atomic_load_n(t, __ATOMIC_ACQUIRE) != h->oob)
                 break;
         }
-        h->cgranted += (uint32_t)(h->n_put + n - h->depth - h->granted);
-        h->granted = h->n_put + n - h->depth;
+        h->cgranted += n - known;
         return n;
     }
     /* Ours when at most depth above what is known: an earlier user's
      * values lie below the base, a later user's 2^32 or more above ours. */
     uint64_t c = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE) - ((uint64_t)h->ctag << 32);
-    if (c - h->cgranted <= h->depth) {
+    if (c - h->cgranted <= h->depth)
         h->cgranted = c;
-        h->granted = (uint32_t)c;
-    }
-    return h->granted + h->depth - h->n_put;
+    return credit_known(h);
 }
 
 /* Credit for one put, after one round of provider progress if there is
@@ -984,7 +994,7 @@ static int credit_take(dchan_handle_t *h)
 {
     /* Credit known from an earlier look costs no load of the word, whose
      * cache line the receiver writes. */
-    if (h->granted + h->depth - h->n_put == 0 && credits_now(h) == 0) {
+    if (credit_known(h) == 0 && credits_now(h) == 0) {
         dchan_core_poll_providers(h->ctx);
         if (h->error)
             return h->error;
@@ -1182,7 +1192,7 @@ static inline __attribute__((always_inline)) int put_issue(dchan_ctx_t *ctx, dch
     h->n_put++;
     /* A slot's tail is not looked at: the look would pull back and forth
      * the line that the receiver re-arms and the next put writes. */
-    if (h->credit && h->granted + h->depth == h->n_put && !h->on_look && !h->ctail)
+    if (h->credit && credit_known(h) == 0 && !h->on_look && !h->ctail)
         look_add(ctx, h);
     ctx->stats.puts++;
     h->hstats.puts++; /* bytes and copied follow from puts and n_inplace */
@@ -1242,7 +1252,7 @@ DCHAN_API int dchan_put(dchan_handle_t *h)
      * put completed, credit known, no lock, nothing to report. */
     if (__builtin_expect(h && h->magic == DCHAN_H_MAGIC && h->fast == DCHAN_FAST_SEND && !h->error &&
                              !h->inflight && !h->stall_ns &&
-                             (!h->credit || h->granted + h->depth != h->n_put ||
+                             (!h->credit || credit_known(h) != 0 ||
                               credits_now(h) != 0),
                          1)) {
         if (h->detect == DCHAN_DETECT_SENTINEL) {
@@ -1324,7 +1334,7 @@ int dchan_handle_release(dchan_handle_t *h)
             }
             if (h->on_credq)
                 credq_remove(ctx, h);
-            cid_free(ctx, h->peer, h->cidx, ((uint64_t)h->ctag << 32) + h->crel);
+            cid_free(ctx, h->peer, h->cidx, credit_value(h));
         }
         h->prov->ops->recv_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)
