@@ -123,8 +123,11 @@ void dchan_core_mem_init(dchan_ctx_t *ctx)
 static bool in_use(const dchan_ctx_t *ctx, uintptr_t addr, size_t size)
 {
     for (const dchan_handle_t *h = ctx->all_head; h; h = h->all_next) {
+        /* A receiver's depth slots; every other end has one buffer of size
+         * bytes (a credited sender's depth is the receiver's). */
         uintptr_t b = (uintptr_t)h->buf;
-        if (b < addr + size && addr < b + h->size * h->depth)
+        size_t len = h->role == DCHAN_ROLE_RECV ? h->size * h->depth : h->size;
+        if (b < addr + size && addr < b + len)
             return true;
     }
     return false;

@@ -402,6 +402,54 @@ static void test_credit_count_64(void **state)
     assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
+/* A credited sender's buffer is size bytes, whatever the depth: a
+ * dchan_alloc block just past it is not in use (dchan_free once took the
+ * sender's buffer for depth slots, and refused to free its neighbours). */
+static void test_free_beside_sender(void **state)
+{
+    int mode = UNIT_MODE(state);
+    dchan_ctx_t *ctx = unit_ctx(mode);
+    enum { NB = 8, BLOCK = 256, SIZE = 64 };
+    unsigned char *b[NB], *rbuf = calloc(4, SIZE);
+    assert_non_null(rbuf);
+    int low = 0;
+    for (int i = 0; i < NB; i++) {
+        assert_int_equal(dchan_alloc(ctx, BLOCK, (void **)&b[i]), DCHAN_SUCCESS);
+        if (b[i] < b[low])
+            low = i;
+    }
+    /* The lowest block's last SIZE bytes send on a depth-4 channel: the
+     * blocks above it lie within the depth slots that were wrongly
+     * counted. */
+    dchan_handle_attr_t ha;
+    dchan_handle_attr_init(&ha);
+    ha.credit = 1;
+    ha.depth = 4;
+    dchan_handle_t *rh, *sh;
+    dchan_wire_t w;
+    struct cchan c = {.size = SIZE, .k = 4};
+    unsigned char *sbuf = b[low] + BLOCK - SIZE;
+    assert_int_equal(dchan_create_handle_attr(ctx, 0, rbuf, SIZE, OOBP, ccb, &c, &ha, &rh),
+                     DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_export(rh, &w), DCHAN_SUCCESS);
+    assert_int_equal(dchan_assoc_local(ctx, &w, sbuf, SIZE, &sh), DCHAN_SUCCESS);
+    for (int i = 0; i < NB; i++)
+        if (i != low)
+            assert_int_equal(dchan_free(ctx, b[i]), DCHAN_SUCCESS);
+    assert_int_equal(dchan_free(ctx, b[low]), DCHAN_ERR_STATE); /* the sender's own */
+    /* And the channel still carries a message. */
+    unit_fill(sbuf, SIZE, 9, 1);
+    assert_int_equal(dchan_put(sh), DCHAN_SUCCESS);
+    assert_int_equal(drain(ctx, &c, 1), DCHAN_SUCCESS);
+    assert_true(unit_check(rbuf, SIZE, 9, 1));
+    assert_int_equal(dchan_ready(rh), DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_destroy(sh), DCHAN_SUCCESS);
+    assert_int_equal(dchan_handle_destroy(rh), DCHAN_SUCCESS);
+    assert_int_equal(dchan_free(ctx, b[low]), DCHAN_SUCCESS);
+    free(rbuf);
+    assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
+}
+
 int main(void)
 {
     unit_clean_env();
@@ -409,6 +457,7 @@ int main(void)
         UNIT_TEST_MODES(test_credit_exact),  UNIT_TEST_MODES(test_slot_in_callback),
         UNIT_TEST_MODES(test_put_ptr),       UNIT_TEST_MODES(test_bad_input),
         UNIT_TEST_MODES(test_credit_words),  UNIT_TEST_MODES(test_credit_count_64),
+        UNIT_TEST_MODES(test_free_beside_sender),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
