@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "boot.h"
 #include "dchan.h"
@@ -59,6 +60,8 @@ static inline uint32_t dchan_slot_of(uint32_t n, uint32_t k)
 }
 
 struct dchan_handle {
+    /* First: providers find it at the handle's address (dchan_h_priv). */
+    _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
     uint32_t magic;
     uint8_t role;   /* enum dchan_role */
     uint8_t detect; /* resolved DCHAN_DETECT_* */
@@ -109,6 +112,7 @@ struct dchan_handle {
     bool in_place;                 /* sender: dchan_put_ptr gave the mapped slot of the next put */
     bool cwant;                    /* sender: a put or dchan_credits found no credit (wake-up) */
     bool on_look;                  /* sender: on ctx->look_head (its credit is looked for) */
+    bool chint;                    /* sender: its last credit came with a record (a hint) */
     bool gwant;                    /* getter: dchan_get found no new version (wake-up) */
     bool arm_op;                   /* receiver: the provider has a recv_arm to call */
     /* The per-message calls may take their short paths: no lock in the
@@ -142,8 +146,8 @@ struct dchan_handle {
     dchan_handle_t *srcq_next;
     /* dchan_handle_stats (struct_size unused here) */
     dchan_handle_stats_t hstats;
-    _Alignas(16) unsigned char priv[DCHAN_PROV_PRIV_BYTES];
 };
+_Static_assert(offsetof(struct dchan_handle, priv) == 0, "dchan_h_priv");
 
 /* A block of dchan_alloc (or of the core's own use: sequence chunks). */
 struct dchan_mem {
@@ -209,6 +213,9 @@ struct dchan_ctx {
     /* Credit words (DESIGN §7): per sender rank, the indices of its credit
      * area this rank's receive handles use (allocated on first need). */
     struct dchan_credit_ids **cids;
+    /* And the other way: per receiver rank, the send handles of this rank
+     * by the index of their word in its credit area (dchan_core_arrival_id_hint). */
+    dchan_handle_t ***csend;
     dchan_handle_t *credq_head; /* receive handles whose credit write must be retried */
     dchan_handle_t *srcq_head;  /* sources whose current version was not taken yet */
     dchan_handle_t *look_head;  /* send handles whose puts used up the credit known */

@@ -254,24 +254,54 @@ static void copy_small(unsigned char *d, const unsigned char *s, size_t n)
         *d++ = *s++;
 }
 
-bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
-                           const void *data, size_t len)
+/* The live EVENT receive handle of p that id names (dchan_core_arrival_id),
+ * or NULL. */
+static inline dchan_handle_t *arrival_handle(struct dchan_prov *p, uint32_t id, uint32_t gen,
+                                             int peer)
 {
     dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
     /* Sources and getters have ids in the same table: none takes arrivals. */
     if (!h || h->role != DCHAN_ROLE_RECV || h->prov != p || h->detect != DCHAN_DETECT_EVENT ||
         (gen && gen != h->gen) || (peer >= 0 && peer != h->peer))
-        return false;
+        return NULL;
+    return h;
+}
+
+static inline __attribute__((always_inline)) void arrival_take(dchan_handle_t *h,
+                                                               const void *data, size_t len)
+{
     if (data && len != h->size) {
         dchan_core_handle_error(h, DCHAN_ERR_SIZE);
-        return true;
+        return;
     }
     if (!arrival_armed(h))
-        return true;
+        return;
     if (data)
         copy_small((unsigned char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size,
                    data, len);
     arrived(h, 1);
+}
+
+bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
+                           const void *data, size_t len)
+{
+    dchan_handle_t *h = arrival_handle(p, id, gen, peer);
+    if (!h)
+        return false;
+    arrival_take(h, data, len);
+    return true;
+}
+
+static void credit_hint(dchan_handle_t *r, uint32_t index, uint64_t value);
+
+bool dchan_core_arrival_id_hint(struct dchan_prov *p, uint32_t id, const void *data, size_t len,
+                                uint32_t index, uint64_t value)
+{
+    dchan_handle_t *h = arrival_handle(p, id, 0, -1);
+    if (!h)
+        return false;
+    credit_hint(h, index, value);
+    arrival_take(h, data, len);
     return true;
 }
 
@@ -433,8 +463,37 @@ static void cid_free(dchan_ctx_t *ctx, int peer, uint16_t idx, uint64_t last)
     c->free[c->nfree++] = idx;
 }
 
+/* A send handle's entry in ctx->csend, where dchan_core_arrival_id_hint finds
+ * it; on no memory it just gets no hints. An entry found taken belongs to
+ * an earlier channel on the word whose send handle still lives: the newer
+ * one takes it (the older one's credit is in the word anyway). */
+static void csend_add(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
+    if (h->cidx >= n)
+        return;
+    if (!ctx->csend && !(ctx->csend = calloc((size_t)ctx->nranks, sizeof *ctx->csend)))
+        return;
+    if (!ctx->csend[h->peer] && !(ctx->csend[h->peer] = calloc(n, sizeof **ctx->csend)))
+        return;
+    ctx->csend[h->peer][h->cidx] = h;
+}
+
+static void csend_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
+{
+    if (ctx->csend && ctx->csend[h->peer] && h->cidx < (uint32_t)ctx->params.CREDIT_WORDS &&
+        ctx->csend[h->peer][h->cidx] == h)
+        ctx->csend[h->peer][h->cidx] = NULL;
+}
+
 void dchan_credit_ids_fini(dchan_ctx_t *ctx)
 {
+    if (ctx->csend) {
+        for (int i = 0; i < ctx->nranks; i++)
+            free(ctx->csend[i]);
+        free(ctx->csend);
+        ctx->csend = NULL;
+    }
     if (!ctx->cids)
         return;
     for (int i = 0; i < ctx->nranks; i++)
@@ -776,6 +835,7 @@ int dchan_assoc_send(dchan_ctx_t *ctx, const dchan_wire_t *wire, const void *buf
             p->ops->send_close(h);
             goto free_slot;
         }
+        csend_add(ctx, h);
         /* Associating again: go on from what the receiver released (a
          * value below the channel's base is an earlier user's). */
         uint64_t w = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE), base = (uint64_t)h->ctag << 32;
@@ -982,9 +1042,33 @@ static inline uint32_t credits_now(dchan_handle_t *h)
     /* Ours when at most depth above what is known: an earlier user's
      * values lie below the base, a later user's 2^32 or more above ours. */
     uint64_t c = __atomic_load_n(h->cword, __ATOMIC_ACQUIRE) - ((uint64_t)h->ctag << 32);
-    if (c - h->cgranted <= h->depth)
+    if (c - h->cgranted <= h->depth && c != h->cgranted) {
         h->cgranted = c;
+        h->chint = false; /* this credit came by the word: look for the next one */
+    }
     return credit_known(h);
+}
+
+/* A copy of the value that r's sender last wrote to this rank's credit
+ * word index (dchan_core_arrival_id_hint): credit for the send handle of
+ * this rank to that sender whose word it is, if the value is one it can
+ * have. */
+static void credit_hint(dchan_handle_t *r, uint32_t index, uint64_t value)
+{
+    dchan_ctx_t *ctx = r->ctx;
+    if (!ctx->csend || !ctx->csend[r->peer] || index >= (uint32_t)ctx->params.CREDIT_WORDS)
+        return;
+    dchan_handle_t *h = ctx->csend[r->peer][index];
+    if (!h || h->prov != r->prov || h->error)
+        return;
+    /* The test of credits_now: only a value of this channel, at most depth
+     * above what is known. One equal to it still shows that the credit
+     * comes with records: the next put leaves the word alone. */
+    uint64_t c = value - ((uint64_t)h->ctag << 32);
+    if (c - h->cgranted <= h->depth) {
+        h->cgranted = c;
+        h->chint = true;
+    }
 }
 
 /* Credit for one put, after one round of provider progress if there is
@@ -1040,7 +1124,7 @@ void dchan_credit_look(dchan_ctx_t *ctx)
     unsigned n = 0;
     for (dchan_handle_t **pp = &ctx->look_head; *pp && n++ < DCHAN_LOOK_MAX;) {
         dchan_handle_t *h = *pp;
-        if (h->error || credits_now(h) > 0) {
+        if (h->error || credit_known(h) > 0 || credits_now(h) > 0) {
             *pp = h->look_next;
             h->on_look = false;
         } else {
@@ -1191,8 +1275,11 @@ static inline __attribute__((always_inline)) int put_issue(dchan_ctx_t *ctx, dch
     h->seq = d->seq;
     h->n_put++;
     /* A slot's tail is not looked at: the look would pull back and forth
-     * the line that the receiver re-arms and the next put writes. */
-    if (h->credit && credit_known(h) == 0 && !h->on_look && !h->ctail)
+     * the line that the receiver re-arms and the next put writes. Nor is
+     * the word of a channel whose credit comes with records: each look
+     * would take the line from the receiver, whose release then waits for
+     * it again. */
+    if (h->credit && credit_known(h) == 0 && !h->on_look && !h->ctail && !h->chint)
         look_add(ctx, h);
     ctx->stats.puts++;
     h->hstats.puts++; /* bytes and copied follow from puts and n_inplace */
@@ -1359,8 +1446,10 @@ int dchan_handle_release(dchan_handle_t *h)
         }
         if (h->on_look)
             look_remove(ctx, h);
-        if (h->credit)
+        if (h->credit) {
+            csend_remove(ctx, h);
             h->prov->ops->credit_close(h);
+        }
         h->prov->ops->send_close(h);
         if (h->detect == DCHAN_DETECT_FLAG)
             dchan_seqpool_put(&ctx->send_seq, h->slot);
@@ -1443,11 +1532,6 @@ DCHAN_API int dchan_handle_stats(const dchan_handle_t *h, dchan_handle_stats_t *
 struct dchan_prov *dchan_h_prov(const dchan_handle_t *h)
 {
     return h->prov;
-}
-
-void *dchan_h_priv(dchan_handle_t *h)
-{
-    return h->priv;
 }
 
 void *dchan_h_buf(const dchan_handle_t *h)

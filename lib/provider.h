@@ -309,7 +309,12 @@ void dchan_prov_noop_wake_disarm(struct dchan_prov *p);
 
 /* Handle accessors. */
 struct dchan_prov *dchan_h_prov(const dchan_handle_t *h);
-void *dchan_h_priv(dchan_handle_t *h); /* DCHAN_PROV_PRIV_BYTES, 16-aligned, zeroed at open */
+/* DCHAN_PROV_PRIV_BYTES, 16-aligned, zeroed at open: the handle's first
+ * bytes (core.h), so that provider paths find them without a call. */
+static inline void *dchan_h_priv(dchan_handle_t *h)
+{
+    return (void *)h;
+}
 void *dchan_h_buf(const dchan_handle_t *h);
 size_t dchan_h_size(const dchan_handle_t *h); /* of one slot */
 /* Slots of the handle (1 ... DCHAN_MAX_DEPTH); the receive buffer is
@@ -361,6 +366,15 @@ void dchan_core_arrival(dchan_handle_t *h);
  * when id names no such handle: a late write for a destroyed one. */
 bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int peer,
                            const void *data, size_t len);
+/* The same (gen 0, peer -1), for a notice that also carries a copy of the
+ * value its sender last wrote with credit_write to this rank's credit
+ * word index: the credit of the send handle whose word that is, known
+ * without a load of the word's line, which then stays with the writer. A
+ * copy, never the credit itself: the word is written all the same, and a
+ * value that no send handle of that sender and index can have changes
+ * nothing. */
+bool dchan_core_arrival_id_hint(struct dchan_prov *p, uint32_t id, const void *data, size_t len,
+                                uint32_t index, uint64_t value);
 /* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
 void dchan_core_put_done(dchan_handle_t *h, int rc);
 /* Receiver: may data be written into slot of r now? For providers that

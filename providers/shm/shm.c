@@ -45,7 +45,10 @@
  *     of it is read; a second record before the re-arm is
  *     DCHAN_ERR_OVERRUN. Length 0 says the body is in the buffer, which a
  *     peer can write anyway (a direct store into a mapped slot, DESIGN §7,
- *     would leave a body of any size there): an arrival. At most one ring
+ *     would leave a body of any size there): an arrival. A credit hint
+ *     (SHM_LEN_HINT) is a copy of a value the peer could as well store in
+ *     the credit word, and the core takes it only as it would take the
+ *     word: its own channel's, at most depth ahead. At most one ring
  *     of records is consumed per progress call, so a peer that keeps the
  *     ring full cannot hold progress.
  *   - Producers read the peer's ring tail and head, and index the ring
@@ -118,6 +121,11 @@ struct shm_peer {
     uint64_t head_seen; /* the peer's ring_head as last read */
     int efd;            /* its wake-up eventfd (our copy), or -1 */
     bool fenceless;     /* puts to it make no fence: see wake_peer */
+    /* Our latest credit write to it, for the next record there to carry
+     * (struct shm_hint), while hint_owed. */
+    uint64_t hint_value;
+    uint32_t hint_index;
+    bool hint_owed;
 };
 
 /* Free and used extents of the own segment's data area, sorted. */
@@ -691,10 +699,54 @@ static inline bool ring_ready(const struct shm_ring *r)
     return __atomic_load_n(&r->slots[r->head & r->mask].seq, __ATOMIC_ACQUIRE) == r->head + 1;
 }
 
-/* Consume the own ring from a complete record at the head on. Any process
- * of the host can write the ring, so each field of a record is loaded
- * once, into a local, and only the local is checked and used (see the top
- * of this file); position and geometry are the private ones. */
+/* One complete record, whose fields were loaded once each (id, len
+ * without SHM_LEN_HINT): any process of the host can write the ring, so
+ * only these locals are checked and used (see the top of this file).
+ * len 0: the body is in the buffer already. 1 ... SHM_INLINE_BYTES: it
+ * rides in the record, and the core copies it only when that is the
+ * handle's size. Any other length is passed on as one no handle has
+ * (SIZE_MAX): the core raises DCHAN_ERR_SIZE on the handle named, and
+ * reads no data. id 0 is a claimed position whose put failed, always
+ * with len 0. */
+static inline __attribute__((always_inline)) void record_take(struct dchan_prov *p,
+                                                              struct shm_ring *r,
+                                                              const struct shm_slot *sl,
+                                                              uint32_t id, uint32_t len)
+{
+    if (id) {
+        if (__builtin_expect(!dchan_core_arrival_id(p, id, 0, -1, len ? sl->data : NULL,
+                                                    len <= SHM_INLINE_BYTES ? len : SIZE_MAX),
+                             0))
+            ring_drop(p, r);
+    } else if (len) {
+        ring_drop(p, r);
+    }
+}
+
+/* A record with a credit hint: the hint is a copy of a credit value,
+ * which the core checks as it checks the word. Out of line, so that
+ * ring_drain keeps no more registers across its calls than a record
+ * without one needs. */
+static void __attribute__((noinline)) record_take_hinted(struct dchan_prov *p, struct shm_ring *r,
+                                                         const struct shm_slot *sl, uint32_t id,
+                                                         uint32_t len)
+{
+    len &= ~SHM_LEN_HINT;
+    if (id && len <= SHM_HINT_AT) {
+        const struct shm_hint *hn = (const struct shm_hint *)(sl->data + SHM_HINT_AT);
+        if (__builtin_expect(!dchan_core_arrival_id_hint(
+                                 p, id, len ? sl->data : NULL, len,
+                                 __atomic_load_n(&hn->index, __ATOMIC_RELAXED),
+                                 __atomic_load_n(&hn->value, __ATOMIC_RELAXED)),
+                             0))
+            ring_drop(p, r);
+        return;
+    }
+    record_take(p, r, sl, id, len);
+}
+
+/* Consume the own ring from a complete record at the head on; position
+ * and geometry are the private ones. */
 static int ring_drain(struct dchan_prov *p, struct shm_ring *r)
 {
     int n = 0;
@@ -702,20 +754,10 @@ static int ring_drain(struct dchan_prov *p, struct shm_ring *r)
         const struct shm_slot *sl = &r->slots[r->head & r->mask];
         uint32_t id = __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
                  len = __atomic_load_n(&sl->len, __ATOMIC_RELAXED);
-        /* len 0: the body is in the buffer already. 1 ... SHM_INLINE_BYTES:
-         * it rides in the record, and the core copies it only when that is
-         * the handle's size. Any other length is passed on as one no handle
-         * has (SIZE_MAX): the core raises DCHAN_ERR_SIZE on the handle
-         * named, and reads no data. id 0 is a claimed position whose put
-         * failed, always with len 0. */
-        if (id) {
-            if (__builtin_expect(!dchan_core_arrival_id(p, id, 0, -1, len ? sl->data : NULL,
-                                                        len <= SHM_INLINE_BYTES ? len : SIZE_MAX),
-                                 0))
-                ring_drop(p, r);
-        } else if (len) {
-            ring_drop(p, r);
-        }
+        if (__builtin_expect(len & SHM_LEN_HINT, 0))
+            record_take_hinted(p, r, sl, id, len);
+        else
+            record_take(p, r, sl, id, len);
         /* Producers reuse the slot once they see the head past it. */
         __atomic_store_n(r->head_pub, ++r->head, __ATOMIC_RELEASE);
         /* One ring's worth at most: a producer that keeps the ring full
@@ -929,6 +971,19 @@ static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos
     return DCHAN_SUCCESS;
 }
 
+/* A record of len <= SHM_HINT_AT that names a handle takes along the
+ * credit write owed to its consumer, if any: the len to publish. */
+static inline uint32_t hint_attach(struct shm_peer *pr, struct shm_slot *sl, uint32_t len)
+{
+    if (!pr->hint_owed)
+        return len;
+    struct shm_hint *hn = (struct shm_hint *)(sl->data + SHM_HINT_AT);
+    hn->value = pr->hint_value;
+    hn->index = pr->hint_index;
+    pr->hint_owed = false;
+    return len | SHM_LEN_HINT;
+}
+
 /* Release: the body (or the inline data) and the id are visible before the
  * record is. A claimed position is always published, with id 0 when the
  * put failed, or the consumer would wait on it forever. */
@@ -1043,7 +1098,9 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
         if (ring_claim(sh->peer, &sl, &pos) != DCHAN_SUCCESS)
             return DCHAN_ERR_AGAIN; /* nothing written: the core drives progress and retries */
         copy_mapped((char *)sl->data, d->src, d->size);
-        ring_publish(sl, pos, d->remote_id, (uint32_t)d->size);
+        ring_publish(sl, pos, d->remote_id,
+                     d->size <= SHM_HINT_AT ? hint_attach(sh->peer, sl, (uint32_t)d->size)
+                                            : (uint32_t)d->size);
         wake_peer(sh->peer);
         return DCHAN_PROV_PUT_DONE;
     }
@@ -1097,11 +1154,16 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
                 dchan_gather_copy(d, 0, d->size, sl->data);
             else
                 memcpy(sl->data, d->src, d->size);
-            ring_publish(sl, pos, d->remote_id, (uint32_t)d->size);
+            ring_publish(sl, pos, d->remote_id,
+                         d->size <= SHM_HINT_AT ? hint_attach(sh->peer, sl, (uint32_t)d->size)
+                                                : (uint32_t)d->size);
             break;
         }
         rc = d->iov ? write_gather(sh, d, 0, d->size) : write_body(sh, d->offset, d->src, d->size);
-        ring_publish(sl, pos, rc == DCHAN_SUCCESS ? d->remote_id : 0, 0);
+        if (rc == DCHAN_SUCCESS)
+            ring_publish(sl, pos, d->remote_id, hint_attach(sh->peer, sl, 0));
+        else
+            ring_publish(sl, pos, 0, 0);
         break;
     }
     }
@@ -1171,6 +1233,9 @@ static int shm_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *s
     if (__builtin_expect(!rh->cword, 0) && (rc = credit_locate(h, index)) != DCHAN_SUCCESS)
         return rc;
     __atomic_store_n(rh->cword, *src, __ATOMIC_RELEASE);
+    rh->peer->hint_value = *src; /* for the next record to that rank */
+    rh->peer->hint_index = index;
+    rh->peer->hint_owed = true;
     wake_peer(rh->peer); /* a sender may sleep until its credit comes back */
     return DCHAN_PROV_PUT_DONE;
 }

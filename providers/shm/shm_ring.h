@@ -13,7 +13,7 @@
 struct dchan_prov;
 
 #define SHM_MAGIC 0x4d485344u /* "DSHM" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define SHM_HDR_BYTES 4096u
 /* Ring sizes a segment may have (DCHAN_SHM_RING_SLOTS, a power of two). */
 #define SHM_RING_MIN 16u
@@ -28,10 +28,26 @@ struct dchan_prov;
 struct shm_slot {
     uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
     uint32_t id;  /* receive handle id; 0: a claimed position with nothing */
-    uint32_t len; /* bytes inline in data, 0: the body is in the buffer */
+    uint32_t len; /* bytes inline in data, 0: the body is in the buffer; | SHM_LEN_HINT */
     unsigned char data[SHM_INLINE_BYTES];
 };
 _Static_assert(sizeof(struct shm_slot) == 64, "one record per cache line");
+
+/* A record with SHM_LEN_HINT in len and a length of at most SHM_HINT_AT
+ * (the body in the buffer, or a short one inline) carries at data +
+ * SHM_HINT_AT a copy of the producer's latest credit write to the
+ * consumer, made since its last record there. The consumer's next put on
+ * that channel then knows its credit without loading the credit word,
+ * whose line would otherwise cross from the producer and back for every
+ * message of a credited exchange. */
+#define SHM_LEN_HINT 0x80000000u
+#define SHM_HINT_AT 32u
+struct shm_hint {
+    uint64_t value; /* the word's value */
+    uint32_t index; /* the word's index */
+    uint32_t unused;
+};
+_Static_assert(SHM_HINT_AT + sizeof(struct shm_hint) <= SHM_INLINE_BYTES, "hint in the record");
 
 /* At offset 0 of every segment; written by its owner before peers map it.
  * Every peer of the host can write it too: nobody trusts what it reads

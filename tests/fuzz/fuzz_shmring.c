@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target for the shm provider's ring consumer: any input becomes
- * a ring of records (seq, id, len, inline data) as a faulty peer could
- * write them, consumed by dchan_shm_ring_consume on the shm provider of a
- * live singleton context, one per detection mode, each with receive
- * handles of sizes around the inline limit, in the segment and on the heap.
+ * a ring of records (seq, id, len, inline data, credit hints) as a faulty
+ * peer could write them, consumed by dchan_shm_ring_consume on the shm
+ * provider of a live singleton context, one per detection mode, each with
+ * receive handles of sizes around the inline limit, in the segment and on
+ * the heap.
  * Ids are mostly those of live handles (or near them), so that records
  * reach the core. A small model says what each record must do (arrival,
  * DCHAN_ERR_SIZE, DCHAN_ERR_OVERRUN, dropped, or stop at a seq that is not
@@ -176,6 +177,9 @@ static void fail(struct fh *f, int rc)
 /* What one complete record must do; false when it is dropped. */
 static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
 {
+    /* A credit hint rides along: no send handle here has a credit word,
+     * so it changes nothing, and the length is the rest. */
+    len &= ~SHM_LEN_HINT;
     if (id == 0)
         return len == 0;
     struct fh *f = lookup(c, id);

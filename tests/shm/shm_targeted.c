@@ -22,7 +22,14 @@
  *                 channels, and one created after the scribbling, keep
  *                 delivering every byte. Then rank 1 scribbles over its own
  *                 ring tail: rank 0's put to it times out, bounded, and
- *                 works again once the tail is back.
+ *                 works again once the tail is back. Last, rank 1 forges
+ *                 credit hints (copies of a credit word's value that ring
+ *                 records carry, shm_ring.h) for a credited channel of rank
+ *                 0 whose slot it still holds: a value beyond the depth,
+ *                 another user's tag, an older user's, another index, one
+ *                 past the area. None may grant a put; one that a faulty
+ *                 peer could as well have stored in the word is taken like
+ *                 the word; and the channel then carries every byte.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -348,6 +355,148 @@ static void bad_record(struct shm_hdr *hdr, uint32_t id, uint32_t len)
     __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
 }
 
+/* Rank 1: as bad_record, a record of id with 8 bytes of payload inline
+ * and a credit hint (index, value). */
+static void hint_record(struct shm_hdr *hdr, uint32_t id, uint64_t payload, uint32_t index,
+                        uint64_t value)
+{
+    struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
+    uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
+    while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
+        sched_yield();
+    struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
+    struct shm_hint hint = {.value = value, .index = index};
+    sl->id = id;
+    sl->len = 8 | SHM_LEN_HINT;
+    memset(sl->data, 0xee, sizeof sl->data);
+    memcpy(sl->data, &payload, 8);
+    memcpy(sl->data + SHM_HINT_AT, &hint, sizeof hint);
+    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+}
+
+static long hint_arrivals;
+
+static void on_hint_arrival(dchan_handle_t *h, void *arg)
+{
+    hint_arrivals++;
+}
+
+/* Rank 0 waits for hint_arrivals to reach n. */
+static void wait_hint_arrivals(dchan_ctx_t *ctx, long n)
+{
+    unsigned long long t0 = now_ns();
+    while (hint_arrivals < n) {
+        if (now_ns() - t0 > 30000000000ull)
+            die("no arrival %ld on the channel of the hints", n);
+        int rc = dchan_wait(ctx, 1000);
+        if (rc < 0 && rc != DCHAN_ERR_TIMEOUT)
+            die("dchan_wait: %s", dchan_strerror(rc));
+    }
+}
+
+static void test_hints(dchan_ctx_t *ctx)
+{
+    /* cred: 0 -> 1, credited, depth 1 (its word in rank 0's area). carrier:
+     * 1 -> 0, plain EVENT, whose records carry the hints. */
+    static uint64_t cred_r, cred_s, car_r, car_s;
+    dchan_handle_t *cred = NULL, *car = NULL, *car_s_h = NULL;
+    dchan_wire_t cw, aw;
+    if (me == 1) {
+        dchan_handle_attr_t ha;
+        dchan_handle_attr_init(&ha);
+        ha.credit = 1;
+        CHECK(dchan_create_handle_attr(ctx, 0, &cred_r, 8, OOB, on_hint_arrival, NULL, &ha,
+                                       &cred));
+        CHECK(dchan_handle_export(cred, &cw));
+    } else {
+        CHECK(dchan_create_handle(ctx, 1, &car_r, 8, OOB, on_hint_arrival, NULL, &car));
+        CHECK(dchan_handle_export(car, &aw));
+    }
+    MPI_Bcast(&cw, (int)sizeof cw, MPI_BYTE, 1, MPI_COMM_WORLD);
+    MPI_Bcast(&aw, (int)sizeof aw, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (me == 0) {
+        CHECK(dchan_assoc_local(ctx, &cw, &cred_s, 8, &cred));
+        fill((unsigned char *)&cred_s, 8, 0, 70, 1);
+        CHECK(dchan_put(cred));
+        EXPECT(dchan_credits(cred), 0);
+    } else {
+        CHECK(dchan_assoc_local(ctx, &aw, &car_s, 8, &car_s_h));
+        while (hint_arrivals < 1)
+            wait_one(ctx);
+        verify((unsigned char *)&cred_r, 8, 0, 70, 1); /* and held: no release */
+    }
+    CHECK(dchan_barrier(ctx));
+
+    /* The credit word's index and tag, as the wire carries them. */
+    uint32_t index = (uint32_t)cw.bytes[114] | (uint32_t)cw.bytes[115] << 8;
+    uint64_t base = ((uint64_t)cw.bytes[116] | (uint64_t)cw.bytes[117] << 8 |
+                     (uint64_t)cw.bytes[118] << 16 | (uint64_t)cw.bytes[119] << 24)
+                    << 32;
+    const struct {
+        uint32_t index;
+        uint64_t value;
+    } forged[] = {
+        {index, base + 2},                   /* two releases: beyond depth 1 */
+        {index, base + (1ull << 32) + 1},    /* the next user's tag */
+        {index, base - (1ull << 32) + 1},    /* an older user's */
+        {index, base + 0xffffffffull},       /* far beyond */
+        {index ^ 1, base + 1},               /* another index: no channel there */
+        {65535, base + 1},                   /* past the credit area */
+        {0xffffffffu, base + 1},             /* far past it */
+    };
+    int nforged = (int)(sizeof forged / sizeof forged[0]);
+    for (int k = 0; k <= nforged; k++) {
+        if (me == 1) {
+            struct shm_hdr *hdr = segment_of(&aw, 0);
+            /* Last, the value of one release: what the word would hold. */
+            uint32_t i = k < nforged ? forged[k].index : index;
+            uint64_t v = k < nforged ? forged[k].value : base + 1;
+            hint_record(hdr, wire_id(&aw), 0x1234567800000000ull + (uint64_t)k, i, v);
+        } else {
+            wait_hint_arrivals(ctx, k + 1);
+            if (car_r != 0x1234567800000000ull + (uint64_t)k)
+                die("the record of hint %d delivered %#llx", k, (unsigned long long)car_r);
+            if (k < nforged) {
+                EXPECT(dchan_credits(cred), 0);
+                EXPECT(dchan_put(cred), DCHAN_ERR_AGAIN);
+                EXPECT(dchan_put_ptr(cred, &(void *){NULL}), DCHAN_ERR_AGAIN);
+            } else {
+                EXPECT(dchan_credits(cred), 1); /* taken as the word would be */
+            }
+            CHECK(dchan_ready(car));
+        }
+        CHECK(dchan_barrier(ctx));
+    }
+
+    /* Rank 1 releases for real and answers on the carrier, whose record
+     * now carries a true hint; rank 0 puts again, and the channel carries
+     * every byte. */
+    if (me == 1) {
+        CHECK(dchan_ready(cred));
+        fill((unsigned char *)&car_s, 8, 1, 71, 1);
+        CHECK(dchan_put(car_s_h));
+        while (hint_arrivals < 2)
+            wait_one(ctx);
+        verify((unsigned char *)&cred_r, 8, 0, 70, 2);
+        CHECK(dchan_ready(cred));
+    } else {
+        wait_hint_arrivals(ctx, nforged + 2);
+        verify((unsigned char *)&car_r, 8, 1, 71, 1);
+        CHECK(dchan_ready(car));
+        EXPECT(dchan_credits(cred), 1);
+        fill((unsigned char *)&cred_s, 8, 0, 70, 2);
+        CHECK(dchan_put(cred));
+    }
+    CHECK(dchan_barrier(ctx));
+    if (cred)
+        CHECK(dchan_handle_destroy(cred));
+    if (car_s_h)
+        CHECK(dchan_handle_destroy(car_s_h));
+    if (car)
+        CHECK(dchan_handle_destroy(car));
+    CHECK(dchan_barrier(ctx));
+}
+
 /* Rank 0 waits for one more arrival on every good channel; rank 1 puts on
  * them. Both verify and re-arm before the next round. */
 static void good_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sbuf,
@@ -540,6 +689,8 @@ static void test_hostile(void)
     }
     CHECK(dchan_barrier(ctx));
     CHECK(dchan_handle_destroy(back_h));
+
+    test_hints(ctx);
 
     CHECK(dchan_barrier(ctx));
     for (int c = 0; c <= NCH; c++) {
