@@ -387,7 +387,9 @@ int dchan_core_recv_writable(dchan_handle_t *r, uint32_t slot);
 void dchan_core_credit_done(dchan_handle_t *h, int rc);
 /* Wake-up: make the context's descriptor readable if the process armed
  * it and has not woken since (for work created inside this process: self
- * puts, another thread's). Costs a fence and a load otherwise. */
+ * puts, another thread's). Only from inside a dchan call on ctx, under its
+ * lock where it has one: that is what lets it make no fence (one load
+ * when nobody sleeps). */
 void dchan_core_wake(dchan_ctx_t *ctx);
 /* A wake-up for providers that cannot sleep until an event: a one-shot
  * timer from DCHAN_WAKE_TIMER_MIN_US after activity, doubling at each

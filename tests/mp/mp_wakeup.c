@@ -53,8 +53,10 @@ struct side {
     dchan_handle_t *rh, *sh;
     dchan_handle_t *src, *gh; /* --test get: B's source, A's getter */
     unsigned char *rbuf, *sbuf;
-    volatile long got; /* arrivals on rh (or gh) */
-    volatile long taken; /* --test get: done_fn calls on src */
+    /* Counted by callbacks that may run on the other thread of a one-rank
+     * run: read and written atomically (GOT, TAKEN, BUMP). */
+    long got;   /* arrivals on rh (or gh) */
+    long taken; /* --test get: done_fn calls on src */
     long sleeps;       /* polls that returned readable after a successful arm */
     unsigned rnd;
 };
@@ -65,9 +67,11 @@ static int test = T_PINGPONG, threaded;
 static long cycles = 1000;
 static size_t size = 64;
 static struct side sides[2];
-static volatile int errors, last_error;
+static int errors, last_error; /* atomically, as got */
 static int expect_errors;
-static volatile int cb_checked;
+static int cb_checked; /* likewise */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define BUMP(x) __atomic_add_fetch(&(x), 1, __ATOMIC_RELEASE)
 /* One rank: B's thread may run A's callback; it tells A's sleep through
  * this eventfd, as a threaded application would. */
 static int app_efd = -1;
@@ -77,16 +81,16 @@ static void on_error(dchan_handle_t *h, int rc, void *arg)
     if (!expect_errors)
         die("asynchronous error on a %s handle: %s", dchan_handle_provider(h),
             dchan_strerror(rc));
-    last_error = rc;
-    errors++;
+    __atomic_store_n(&last_error, rc, __ATOMIC_RELAXED);
+    BUMP(errors);
 }
 
 static void on_arrival(dchan_handle_t *h, void *arg)
 {
     struct side *s = arg;
-    if (!cb_checked) {
+    if (!LOAD(cb_checked)) {
         /* Calls a callback may not make, answered without harm. */
-        cb_checked = 1;
+        __atomic_store_n(&cb_checked, 1, __ATOMIC_RELEASE);
         EXPECT(dchan_wakeup_arm(ctx), DCHAN_ERR_STATE);
         EXPECT(dchan_progress_n(ctx, 4), DCHAN_ERR_STATE);
         EXPECT(dchan_progress_n(ctx, 0), DCHAN_ERR_INVALID_ARG);
@@ -95,7 +99,7 @@ static void on_arrival(dchan_handle_t *h, void *arg)
         if (fd != wfd)
             die("dchan_wakeup_fd in a callback gave %d, not %d", fd, wfd);
     }
-    s->got++;
+    BUMP(s->got);
     if (threaded && s->id == 0) {
         uint64_t one = 1;
         if (write(app_efd, &one, sizeof one) < 0)
@@ -109,7 +113,7 @@ static void on_taken(dchan_handle_t *h, void *arg)
     struct side *s = arg;
     if (h != s->src)
         die("done_fn got another handle");
-    s->taken++;
+    BUMP(s->taken);
 }
 
 static unsigned next_rand(struct side *s)
@@ -191,7 +195,7 @@ struct got_arg {
 static int got_done(void *a)
 {
     struct got_arg *g = a;
-    return g->s->got >= g->want;
+    return LOAD(g->s->got) >= g->want;
 }
 
 static int credit_done(void *a)
@@ -205,23 +209,23 @@ static int credit_done(void *a)
 static int version_done(void *a)
 {
     struct got_arg *g = a;
-    if (g->s->got >= g->want)
+    if (LOAD(g->s->got) >= g->want)
         return 1;
     int rc = dchan_get(g->s->gh);
     if (rc != DCHAN_ERR_AGAIN)
         CHECK(rc);
-    return g->s->got >= g->want;
+    return LOAD(g->s->got) >= g->want;
 }
 
 static int taken_done(void *a)
 {
     struct got_arg *g = a;
-    return g->s->taken >= g->want;
+    return LOAD(g->s->taken) >= g->want;
 }
 
 static int error_done(void *a)
 {
-    return errors > 0;
+    return LOAD(errors) > 0;
 }
 
 static void wait_got(struct side *s, long want, const char *what, long cycle)
@@ -487,7 +491,7 @@ static void busy_b(void)
     while (now_ns() < end) {
         fill(sb, size, 1, 9, n);
         CHECK(dchan_put(sh));
-        while (loop.got <= n)
+        while (LOAD(loop.got) <= n)
             CHECK(dchan_progress(ctx));
         verify(rb, size, 1, 9, n);
         CHECK(dchan_ready(rh));
@@ -586,8 +590,9 @@ int main(int argc, char **argv)
             raise(SIGKILL);
         }
         sleep_until(&sides[0], error_done, NULL, "the death of rank 1", 0);
-        if (last_error != DCHAN_ERR_PEER)
-            die("rank 1 died: error %s, expected DCHAN_ERR_PEER", dchan_strerror(last_error));
+        if (LOAD(last_error) != DCHAN_ERR_PEER)
+            die("rank 1 died: error %s, expected DCHAN_ERR_PEER",
+                dchan_strerror(LOAD(last_error)));
         printf("SURVIVOR OK rank=%d\n", me);
         printf("RESULT test=wakeup-death provider=%s woke=yes sleeps=%ld\n",
                dchan_provider_name(ctx), sides[0].sleeps);
@@ -605,7 +610,7 @@ int main(int argc, char **argv)
         (test == T_CREDIT ? credit_b : test == T_GET ? get_b : pingpong_b)();
     if (threaded)
         pthread_join(th, NULL);
-    if (!cb_checked && (threaded || (test != T_CREDIT && test != T_GET) || me == (test == T_GET ? 0 : 1)))
+    if (!LOAD(cb_checked) && (threaded || (test != T_CREDIT && test != T_GET) || me == (test == T_GET ? 0 : 1)))
         die("no callback ran"); /* the checks inside it did not run */
     struct side *sl = &sides[threaded ? 0 : me];
     /* A few cycles wait 50 ms before the put: A slept through them. */
