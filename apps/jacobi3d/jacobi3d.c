@@ -103,6 +103,10 @@ struct options {
     int blocks;     /* blocks per rank */
     int faces;      /* FACES_SUBARRAY or FACES_PACK (dchan mode) */
     struct app_common c; /* --iters, --mode, --verify, --detect */
+    int modes[3];   /* --modes: the modes run side by side, in this order */
+    int nmodes;     /* 1 without --modes: --mode's */
+    int modes_given; /* --modes */
+    int rounds;     /* --rounds: the timed iterations in this many turns per mode */
 };
 
 /*
@@ -1202,6 +1206,16 @@ static void usage(FILE *out)
             "                      face exchange: MPI_Isend/MPI_Irecv, dchan channels, or\n"
             "                      none at all (the compute floor; not verified)\n"
             "                      (default dchan)\n"
+            "  --modes LIST        run several modes side by side in this one process, each\n"
+            "                      on its own copy of the grid: LIST is a comma list of\n"
+            "                      msg, dchan and none (each once), and replaces --mode;\n"
+            "                      the timed iterations are split into --rounds turns, and\n"
+            "                      in each round every mode runs its turn (the order\n"
+            "                      rotated from round to round), so that the modes meet\n"
+            "                      the same machine; one RESULT line per mode, in LIST's\n"
+            "                      order, each with rounds=R\n"
+            "  --rounds R          with --modes: turns per mode (default 5, at most the\n"
+            "                      timed iterations)\n"
             "  --faces subarray|pack\n"
             "                      how dchan mode sends a face: subarray (default): no\n"
             "                      packing, each face's send side is the plane of the block\n"
@@ -1227,6 +1241,34 @@ static void usage(FILE *out)
             "sqrt(sum (u_new - u_old)^2).\n");
 }
 
+/* --modes: 0, or -1 for a name it does not know or one named twice. */
+static int parse_modes(const char *list, struct options *o)
+{
+    static const struct { const char *name; int mode; } known[] = {
+        { "msg", MODE_MSG }, { "dchan", MODE_DCHAN }, { "none", MODE_NONE }
+    };
+    const char *p = list;
+
+    o->nmodes = 0;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        int m = -1;
+
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            if (strlen(known[k].name) == len && !strncmp(p, known[k].name, len))
+                m = known[k].mode;
+        if (m < 0 || o->nmodes == 3)
+            return -1;
+        for (int i = 0; i < o->nmodes; i++)
+            if (o->modes[i] == m)
+                return -1;
+        o->modes[o->nmodes++] = m;
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
 /* Returns 0 to run, 1 for --help, -1 for an error (message printed on rank 0). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
@@ -1235,13 +1277,15 @@ static int parse_args(int argc, char **argv, struct options *o)
         { "iters", required_argument, NULL, 'i' }, { "mode", required_argument, NULL, 'm' },
         { "verify", no_argument, NULL, 'v' },      { "detect", required_argument, NULL, 'd' },
         { "blocks", required_argument, NULL, 'b' }, { "help", no_argument, NULL, 'h' },
-        { "faces", required_argument, NULL, 'f' }, { NULL, 0, NULL, 0 }
+        { "faces", required_argument, NULL, 'f' }, { "modes", required_argument, NULL, 'M' },
+        { "rounds", required_argument, NULL, 'r' }, { NULL, 0, NULL, 0 }
     };
     int c;
 
     *o = (struct options){ .grid = { 64, 64, 64 }, .blocks = 1, .faces = FACES_SUBARRAY,
                            .c = { .iters = 100, .mode = MODE_DCHAN, .detect = -1,
                                   .none_ok = 1 } };
+    int rounds = 0; /* not given */
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *bad = NULL;
@@ -1263,6 +1307,20 @@ static int parse_args(int argc, char **argv, struct options *o)
                 bad = "--blocks wants a positive integer";
             else
                 o->blocks = (int)v;
+            break;
+        }
+        case 'M':
+            if (parse_modes(optarg, o))
+                bad = "--modes wants a comma list of msg, dchan and none, each at most once";
+            break;
+        case 'r': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+
+            if (end == optarg || *end || v < 1 || v > INT_MAX)
+                bad = "--rounds wants a positive integer";
+            else
+                rounds = (int)v;
             break;
         }
         case 'f':
@@ -1295,6 +1353,25 @@ static int parse_args(int argc, char **argv, struct options *o)
         if (app_rank == 0)
             fprintf(stderr, "jacobi3d: unexpected argument '%s' (see --help)\n", argv[optind]);
         return -1;
+    }
+    /* Iteration 0 is not timed when there are more (see main). */
+    const int timed = o->c.iters > 1 ? o->c.iters - 1 : 1;
+    const char *bad = NULL;
+    o->modes_given = o->nmodes > 0;
+    if (rounds && !o->modes_given)
+        bad = "--rounds goes with --modes";
+    else if (rounds > timed)
+        bad = "--rounds: more rounds than timed iterations (--iters less one)";
+    if (bad) {
+        if (app_rank == 0)
+            fprintf(stderr, "jacobi3d: %s\n", bad);
+        return -1;
+    }
+    if (o->modes_given) {
+        o->rounds = rounds ? rounds : (timed < 5 ? timed : 5);
+    } else {
+        o->modes[0] = o->c.mode;
+        o->nmodes = o->rounds = 1;
     }
     return 0;
 }
@@ -1350,11 +1427,10 @@ int main(int argc, char **argv)
 {
     struct options o;
     struct layout L;
-    struct domain dm;
+    struct domain dm[3], *dchan_dm = NULL;
     dchan_ctx_t *ctx = NULL;
-    const char *provider = "mpi";
-    double elapsed = 0.0;
-    int nranks, rc;
+    const char *dchan_provider = "dchan";
+    int nranks, rc, failed = 0;
 
     app_name = "jacobi3d";
     MPI_Init(&argc, &argv);
@@ -1370,17 +1446,20 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     }
 
-    domain_init(&dm, &L, app_rank, o.c.mode, o.faces);
-    if (o.c.mode == MODE_NONE)
-        provider = "none";
+    /* One domain per mode run (--modes: several side by side, each with
+     * its own copy of the grid, channels and requests). */
+    for (int m = 0; m < o.nmodes; m++)
+        domain_init(&dm[m], &L, app_rank, o.modes[m], o.faces);
     /* dchan mode: the context first; setup_channels() takes the faces'
      * buffers from it (dchan_alloc), so that neighbours on the host write
      * them directly. Every receive channel holds a credit word on its
      * sender: with many blocks one peer (this rank itself, mostly) may
      * send more channels than dchan's default allows, so raise the limit
      * unless the environment set it. */
-    if (o.c.mode == MODE_DCHAN) {
-        int need = most_channels_from_one_peer(&dm, nranks), most;
+    for (int m = 0; m < o.nmodes; m++) {
+        if (o.modes[m] != MODE_DCHAN)
+            continue;
+        int need = most_channels_from_one_peer(&dm[m], nranks), most;
 
         MPI_Allreduce(&need, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (most > CREDIT_WORDS_DEFAULT && !getenv("DCHAN_CREDIT_WORDS")) {
@@ -1389,91 +1468,118 @@ int main(int argc, char **argv)
             setenv("DCHAN_CREDIT_WORDS", val, 1);
         }
         ctx = app_dchan_init(&o.c);
-        provider = dchan_provider_name(ctx);
-        setup_channels(ctx, &dm);
+        dchan_provider = dchan_provider_name(ctx);
+        setup_channels(ctx, &dm[m]);
+        dchan_dm = &dm[m];
     }
     if (app_rank == 0) {
-        char how[128] = "", blocks[128] = "";
-        if (o.c.mode == MODE_DCHAN) {
+        char how[128] = "", blocks[128] = "", modes[64] = "";
+        if (dchan_dm) {
             int d = -1;
             /* That of a channel from another rank where there is one. */
             for (int pass = 0; pass < 2 && d < 0; pass++)
                 for (int bi = 0; bi < L.nlocal && d < 0; bi++)
                     for (int f = 0; f < NFACES && d < 0; f++)
-                        if (dm.blk[bi].rh[0][f] && (pass || dm.blk[bi].nb_rank[f] != app_rank))
-                            d = dchan_handle_detect(dm.blk[bi].rh[0][f]);
-            snprintf(how, sizeof how, ", provider %s, detection %s, faces %s", provider,
+                        if (dchan_dm->blk[bi].rh[0][f] &&
+                            (pass || dchan_dm->blk[bi].nb_rank[f] != app_rank))
+                            d = dchan_handle_detect(dchan_dm->blk[bi].rh[0][f]);
+            snprintf(how, sizeof how, ", provider %s, detection %s, faces %s", dchan_provider,
                      d >= 0 ? app_detect_name(d) : "none (no neighbours)",
                      o.faces == FACES_PACK ? "packed" : "gathered from the block (subarray)");
         }
         if (o.blocks > 1)
             snprintf(blocks, sizeof blocks, ", %d blocks per rank (%d,%d,%d; %d,%d,%d in all)",
                      o.blocks, L.bpr[0], L.bpr[1], L.bpr[2], L.nblk[0], L.nblk[1], L.nblk[2]);
+        for (int m = 0; m < o.nmodes; m++)
+            snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "%s%s", m ? "," : "",
+                     app_mode_name(o.modes[m]));
         /* One write, so that the line stays whole in mpirun's output. */
-        fprintf(stderr, "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d)%s, %d iterations, mode %s%s\n",
+        fprintf(stderr,
+                "jacobi3d: grid %d,%d,%d on %d ranks (%d,%d,%d)%s, %d iterations, mode%s %s%s%s\n",
                 o.grid[0], o.grid[1], o.grid[2], nranks, o.procs[0], o.procs[1], o.procs[2],
-                blocks, o.c.iters, app_mode_name(o.c.mode), how);
+                blocks, o.c.iters, o.nmodes > 1 ? "s" : "", modes,
+                o.nmodes > 1 ? " side by side, turns in rounds" : "", how);
     }
 
     /* Iteration 0 is not timed when there are more: it pays for first
-     * contact (connections, first touch of buffers) in either mode. */
+     * contact (connections, first touch of buffers) in either mode. The
+     * timed iterations [untimed, iters) go in o.rounds turns per mode; in
+     * round r the modes take their turns from the (r mod nmodes)-th on, so
+     * that none always follows the same one. A barrier starts each turn. */
     const int untimed = o.c.iters > 1;
-    double res = 0.0, share = 0.0;
-    for (int pass = !untimed; pass < 2; pass++) {
-        const int first = pass ? untimed : 0, end = pass ? o.c.iters : 1;
-        if (pass)
+    double res[3] = { 0.0 }, elapsed[3] = { 0.0 }, busy[3] = { 0.0 }, comm[3] = { 0.0 };
+    for (int m = 0; m < o.nmodes && untimed; m++)
+        res[m] += run(ctx, &dm[m], 0, 1, o.c.iters);
+    for (int r = 0; r < o.rounds; r++) {
+        const int timed = o.c.iters - untimed;
+        const int first = untimed + (int)((long)timed * r / o.rounds);
+        const int end = untimed + (int)((long)timed * (r + 1) / o.rounds);
+
+        for (int k = 0; k < o.nmodes; k++) {
+            const int m = (r + k) % o.nmodes;
+
             app_barrier(ctx); /* NULL outside dchan mode: MPI_Barrier */
-        dm.comm = 0.0;
-        double t0 = MPI_Wtime(), k0 = ticks();
-        res += run(ctx, &dm, first, end, o.c.iters);
-        elapsed = MPI_Wtime() - t0;
-        k0 = ticks() - k0;
-        share = k0 > 0.0 ? dm.comm / k0 : 0.0;
+            dm[m].comm = 0.0;
+            double t0 = MPI_Wtime(), k0 = ticks();
+            res[m] += run(ctx, &dm[m], first, end, o.c.iters);
+            elapsed[m] += MPI_Wtime() - t0;
+            busy[m] += ticks() - k0;
+            comm[m] += dm[m].comm;
+        }
     }
-    double slowest, sum_res, sum_share;
+    for (int m = 0; m < o.nmodes; m++) {
+        const int mode = o.modes[m];
+        const double share = busy[m] > 0.0 ? comm[m] / busy[m] : 0.0;
+        double slowest, sum_res, sum_share;
 
-    MPI_Reduce(&elapsed, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&share, &sum_share, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Allreduce(&res, &sum_res, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Reduce(&elapsed[m], &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&share, &sum_share, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        MPI_Allreduce(&res[m], &sum_res, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 
-    const char *verified = "skipped";
-    double maxdiff = 0.0;
-    int failed = 0;
-    if (o.c.verify && o.c.mode == MODE_NONE) {
-        if (app_rank == 0)
-            fprintf(stderr, "jacobi3d: --mode none exchanges no faces: not verified\n");
-    } else if (o.c.verify) {
-        int ok = verify(&o, &dm, nranks, &maxdiff);
-        verified = ok ? "yes" : "no";
-        failed = !ok;
-        if (app_rank == 0)
-            fprintf(stderr, "jacobi3d: largest difference from the serial run: %.3e (%s)\n",
-                    maxdiff, ok ? "verified" : "NOT verified");
-    }
-    if (app_rank == 0) {
-        char blocks[48] = "";
-        /* blocks= only where it is not 1, faces= only where it is not the
-         * default, so that the line of a plain run stays the Fortran
-         * driver's. */
-        if (o.blocks > 1)
-            snprintf(blocks, sizeof blocks, " blocks=%d", o.blocks);
-        if (o.c.mode == MODE_DCHAN && o.faces == FACES_PACK)
-            strcat(blocks, " faces=pack");
-        printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d%s "
-               "iters=%d iter_time_s=%.6e comm_share=%.3f residual=%.6e verified=%s\n",
-               provider, app_mode_name(o.c.mode), nranks, o.grid[0], o.grid[1], o.grid[2],
-               o.procs[0], o.procs[1], o.procs[2], blocks, o.c.iters,
-               slowest / (o.c.iters - untimed), sum_share / nranks, sqrt(sum_res), verified);
-        fflush(stdout);
+        const char *verified = "skipped";
+        double maxdiff = 0.0;
+        if (o.c.verify && mode == MODE_NONE) {
+            if (app_rank == 0)
+                fprintf(stderr, "jacobi3d: --mode none exchanges no faces: not verified\n");
+        } else if (o.c.verify) {
+            int ok = verify(&o, &dm[m], nranks, &maxdiff);
+            verified = ok ? "yes" : "no";
+            failed |= !ok;
+            if (app_rank == 0)
+                fprintf(stderr, "jacobi3d: %s%slargest difference from the serial run: %.3e (%s)\n",
+                        o.modes_given ? app_mode_name(mode) : "", o.modes_given ? ": " : "",
+                        maxdiff, ok ? "verified" : "NOT verified");
+        }
+        if (app_rank == 0) {
+            char extra[64] = "";
+            /* blocks= only where it is not 1, faces= only where it is not
+             * the default, rounds= only with --modes, so that the line of
+             * a plain run stays the Fortran driver's. */
+            if (o.blocks > 1)
+                snprintf(extra, sizeof extra, " blocks=%d", o.blocks);
+            if (mode == MODE_DCHAN && o.faces == FACES_PACK)
+                strcat(extra, " faces=pack");
+            printf("RESULT app=jacobi3d provider=%s mode=%s ranks=%d grid=%d,%d,%d procs=%d,%d,%d%s "
+                   "iters=%d iter_time_s=%.6e comm_share=%.3f residual=%.6e verified=%s",
+                   mode == MODE_DCHAN ? dchan_provider : mode == MODE_NONE ? "none" : "mpi",
+                   app_mode_name(mode), nranks, o.grid[0], o.grid[1], o.grid[2], o.procs[0],
+                   o.procs[1], o.procs[2], extra, o.c.iters,
+                   slowest / (o.c.iters - untimed), sum_share / nranks, sqrt(sum_res), verified);
+            if (o.modes_given)
+                printf(" rounds=%d", o.rounds);
+            printf("\n");
+            fflush(stdout);
+        }
     }
 
     if (ctx) {
-        teardown_channels(ctx, &dm);
+        teardown_channels(ctx, dchan_dm);
         if ((rc = dchan_finalize(ctx)) != DCHAN_SUCCESS)
             fprintf(stderr, "jacobi3d: rank %d: dchan_finalize: %s\n", app_rank,
                     dchan_strerror(rc));
     }
-    domain_free(&dm);
+    for (int m = 0; m < o.nmodes; m++)
+        domain_free(&dm[m]);
     MPI_Finalize();
     return failed;
 }
