@@ -3,9 +3,12 @@
 # The quick-start demo: jacobi3d on two local ranks over a sweep from
 # communication-bound (a thin slab, many small blocks) to compute-bound
 # (128^3), each point run without any exchange (none: the compute floor),
-# with MPI messages (msg) and with dchan channels (dchan), the three
-# alternated, DEMO_REPS times (default 3); medians of the time per
-# iteration. Every row of the sweep is printed, level or not.
+# with MPI messages (msg) and with dchan channels (dchan). The three run
+# side by side in one jacobi3d job (--modes none,msg,dchan), each on its
+# own copy of the grid, taking turns in DEMO_ROUNDS rounds (default 5), so
+# that a slow spell of the machine falls on all three alike; DEMO_REPS
+# such jobs per point (default 3), medians of the time per iteration.
+# Every row of the sweep is printed, level or not.
 #   tools/demo.sh BUILDDIR [OUTDIR]
 # writes OUTDIR/demo.dat (the table) and OUTDIR/demo-ratio.png (dchan/msg
 # against the share of msg's iteration spent in the exchange, with gnuplot)
@@ -13,15 +16,17 @@
 # ratio_dchan_over_msg is that of the most communication-bound row (the
 # largest msg comm share), next to worst_ratio, the table's largest.
 # DEMO_ROWS overrides the sweep: "GRID:BLOCKS:ITERS ...". DEMO_FACES=pack
-# (or subarray) passes --faces to the dchan runs (default: jacobi3d's own,
-# subarray).
+# (or subarray) passes --faces for the dchan mode (default: jacobi3d's
+# own, subarray).
 set -e
 b=${1:?usage: tools/demo.sh BUILDDIR [OUTDIR]}
 out=${2:-$b/demo}
 reps=${DEMO_REPS:-3}
+rounds=${DEMO_ROUNDS:-5}
 here=$(cd "$(dirname "$0")" && pwd)
-# Iterations per point: about 0.1 s of timed work each, so that 3 x 3 runs
-# of every row fit the budget of the whole demo (under a minute on 2 cores).
+# Iterations per point: about 0.1 s of timed work per mode, so that 3 jobs
+# of every row fit the budget of the whole demo (under a minute on 2 cores;
+# about 30 s here).
 rows=${DEMO_ROWS:-"4,128,128:1:3000 32,32,32:1:6000 64,64,64:1:1000 128,128,128:1:100
 4,128,128:64:1000 32,32,32:8:3000 32,32,32:64:1000 64,64,64:8:800 64,64,64:64:500"}
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -35,30 +40,31 @@ dat=$out/demo.dat
 raw=$out/demo-runs.txt
 : > "$raw"
 
-# run MODE GRID BLOCKS ITERS [--verify]: the RESULT line. A private
-# TMPDIR per mpirun: Open MPI's session directories would race otherwise.
+# run GRID BLOCKS ITERS [--verify]: the job's three RESULT lines (none,
+# msg, dchan). A private TMPDIR per mpirun: Open MPI's session directories
+# would race otherwise.
 run() {
     t=$(mktemp -d "${TMPDIR:-/tmp}/dchan-demo.XXXXXX")
     faces=
-    [ "$1" = dchan ] && [ -n "${DEMO_FACES:-}" ] && faces="--faces $DEMO_FACES"
-    line=$(TMPDIR=$t $mpirun -np 2 $bind "$b/apps/jacobi3d/jacobi3d" --grid "$2" --procs 2,1,1 \
-        --blocks "$3" --iters "$4" --mode "$1" $faces $5 2>"$t/err" | tail -n 1) || true
-    case $line in
-    RESULT*) ;;
-    *) echo "demo: jacobi3d --mode $1 --grid $2 --blocks $3 failed:" >&2; cat "$t/err" >&2
-       rm -rf "$t"; exit 1 ;;
-    esac
+    [ -n "${DEMO_FACES:-}" ] && faces="--faces $DEMO_FACES"
+    TMPDIR=$t $mpirun -np 2 $bind "$b/apps/jacobi3d/jacobi3d" --grid "$1" --procs 2,1,1 \
+        --blocks "$2" --iters "$3" --modes none,msg,dchan --rounds "$rounds" $faces $4 \
+        >"$t/out" 2>"$t/err" || true
+    if [ "$(grep -c '^RESULT ' "$t/out")" -ne 3 ]; then
+        echo "demo: jacobi3d --grid $1 --blocks $2 failed:" >&2; cat "$t/out" "$t/err" >&2
+        rm -rf "$t"; exit 1
+    fi
+    grep '^RESULT ' "$t/out" | tee -a "$raw"
     rm -rf "$t"
-    echo "$line" >> "$raw"
-    echo "$line"
 }
+mode_line() { echo "$1" | grep " mode=$2 "; }
 val() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
     END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 echo "dchan demo: jacobi3d on 2 ranks (procs 2,1,1), modes none (compute floor), msg, dchan"
-echo "alternated, $reps runs each, medians; the first run of msg and dchan is verified"
-printf '# %s\n' "jacobi3d on 2 ranks (procs 2,1,1), medians of $reps alternated runs; $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc 2>/dev/null) CPUs" > "$dat"
+echo "side by side in one job, turns in $rounds rounds, $reps jobs per row, medians; the first job's msg and dchan are verified"
+printf '# %s\n' "jacobi3d on 2 ranks (procs 2,1,1), medians of $reps jobs of the three modes side by side ($rounds rounds); $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc 2>/dev/null) CPUs" > "$dat"
 printf '# %-12s %6s %6s %10s %10s %10s %9s %10s %10s\n' grid blocks iters none_us msg_us dchan_us \
     dchan/msg dchan/none msg_comm >> "$dat"
 start=$(date +%s)
@@ -71,9 +77,8 @@ for row in $rows; do
     for i in $(seq 1 "$reps"); do
         v=
         [ "$i" -eq 1 ] && v=--verify
-        n=$(run none "$grid" "$blocks" "$iters")
-        m=$(run msg "$grid" "$blocks" "$iters" $v)
-        d=$(run dchan "$grid" "$blocks" "$iters" $v)
+        lines=$(run "$grid" "$blocks" "$iters" $v)
+        n=$(mode_line "$lines" none) m=$(mode_line "$lines" msg) d=$(mode_line "$lines" dchan)
         if [ "$i" -eq 1 ] && { [ "$(val "$m" verified)" != yes ] || [ "$(val "$d" verified)" != yes ]; }; then
             echo "demo: a run did not verify:"; echo "$m"; echo "$d"; exit 1
         fi
