@@ -8,9 +8,12 @@
  * One completion queue serves both directions: local completions of our
  * writes carry an ofi_op context, arrivals carry remote CQ data.
  */
+#define _GNU_SOURCE /* dladdr */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,47 @@
 
 /* Largest single write over libfabric's tcp unless DCHAN_OFI_MAX_MSG says. */
 #define OFI_TCP_MAX_WRITE ((size_t)1 << 20)
+
+/* ---- signals that libfabric's dependencies take ------------------------------------ */
+
+/*
+ * Debian's libfabric links PSM's libinfinipath, whose constructor takes
+ * SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in every process
+ * that loads it (unless IPATH_NO_BACKTRACE is set, as mpirun sets it for
+ * the ranks it starts): its handler prints a backtrace and calls exit().
+ * So an ignored SIGINT ends the program, a crash leaves no core, and a
+ * SIGTERM that lands while libfabric holds a lock hangs in libfabric's
+ * destructor (seen with dchan_info). Linking dchan must not change how a
+ * program takes signals: where the handler is libinfinipath's, the
+ * default goes back. (At exec each of these was the default or an
+ * inherited ignore, which that handler has already replaced; the default
+ * is the common case.) This runs after libinfinipath's constructor, a
+ * dependency's running first.
+ */
+static void __attribute__((constructor)) ofi_signals_back(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT};
+
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        Dl_info where;
+
+        if (sigaction(sigs[i], NULL, &sa) != 0)
+            continue;
+        void *fn = sa.sa_flags & SA_SIGINFO ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+        if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || !dladdr(fn, &where) ||
+            !where.dli_fname)
+            continue;
+        const char *base = strrchr(where.dli_fname, '/');
+        base = base ? base + 1 : where.dli_fname;
+        if (strncmp(base, "libinfinipath.so", 16) != 0)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 /* ---- parameters ------------------------------------------------------------------ */
 
