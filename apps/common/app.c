@@ -116,16 +116,11 @@ const char *app_mode_name(int mode)
 int app_common_option(int c, const char *arg, struct app_common *o, const char **bad)
 {
     static const char *const detects[] = {"auto", "sentinel", "flag", "event"};
-    char *end;
-    long v;
 
     switch (c) {
     case 'i':
-        v = strtol(arg, &end, 10);
-        if (end == arg || *end || v < 1 || v > INT_MAX)
+        if (app_parse_positive(arg, &o->iters))
             *bad = "--iters wants a positive integer";
-        else
-            o->iters = (int)v;
         return 1;
     case 'm':
         if (!strcmp(arg, "msg"))
@@ -168,6 +163,17 @@ dchan_ctx_t *app_dchan_init(const struct app_common *o)
     if (rc != DCHAN_SUCCESS)
         app_die_dchan("dchan_init", rc);
     return ctx;
+}
+
+int app_parse_positive(const char *s, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+
+    if (end == s || *end || v < 1 || v > INT_MAX)
+        return -1;
+    *out = (int)v;
+    return 0;
 }
 
 int app_parse_triple(const char *s, int out[3])

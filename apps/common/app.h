@@ -47,6 +47,8 @@ const char *app_detect_name(int detect);
 const char *app_mode_name(int mode);
 /* "A,B,C": three positive ints into out; 0 on success, -1 otherwise. */
 int app_parse_triple(const char *s, int out[3]);
+/* A positive int (1 ... INT_MAX) and nothing after it into *out: 0, or -1. */
+int app_parse_positive(const char *s, int *out);
 
 /* The options every app takes. */
 struct app_common {

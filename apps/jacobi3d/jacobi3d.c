@@ -1299,30 +1299,18 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (app_parse_triple(optarg, o->procs))
                 bad = "--procs wants PX,PY,PZ, three positive integers";
             break;
-        case 'b': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (end == optarg || *end || v < 1 || v > INT_MAX)
+        case 'b':
+            if (app_parse_positive(optarg, &o->blocks))
                 bad = "--blocks wants a positive integer";
-            else
-                o->blocks = (int)v;
             break;
-        }
         case 'M':
             if (parse_modes(optarg, o))
                 bad = "--modes wants a comma list of msg, dchan and none, each at most once";
             break;
-        case 'r': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-
-            if (end == optarg || *end || v < 1 || v > INT_MAX)
+        case 'r':
+            if (app_parse_positive(optarg, &rounds))
                 bad = "--rounds wants a positive integer";
-            else
-                rounds = (int)v;
             break;
-        }
         case 'f':
             if (!strcmp(optarg, "subarray"))
                 o->faces = FACES_SUBARRAY;

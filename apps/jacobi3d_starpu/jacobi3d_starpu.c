@@ -781,11 +781,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                 bad = "--mode wants dchan or starpu-mpi";
             break;
         case 'B':
-            v = strtol(optarg, &end, 10);
-            if (end == optarg || *end || v < 1 || v > INT_MAX)
+            if (app_parse_positive(optarg, &o->budget))
                 bad = "--budget wants a positive integer";
-            else
-                o->budget = (int)v;
             break;
         case 'h':
             if (app_rank == 0)
