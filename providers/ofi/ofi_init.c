@@ -60,7 +60,8 @@ static void __attribute__((constructor)) ofi_signals_back(void)
             continue;
         const char *base = strrchr(where.dli_fname, '/');
         base = base ? base + 1 : where.dli_fname;
-        if (strncmp(base, "libinfinipath.so", 16) != 0)
+        static const char lib[] = "libinfinipath.so";
+        if (strncmp(base, lib, sizeof lib - 1) != 0)
             continue;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;
