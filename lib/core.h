@@ -90,6 +90,7 @@ struct dchan_handle {
     uint64_t seq;
     const volatile uint64_t *probe; /* SENTINEL/FLAG: the word the scan reads */
     uint64_t idle;           /* value of *probe meaning "nothing new" */
+    const void *pf;          /* FLAG: what the scan prefetches (dchan_scan_pollq), or NULL */
     uint32_t pq_pos;         /* index in ctx->pq while in_pollq (scan modes) */
     dchan_handle_t *fire_next, *fire_prev;
     dchan_handle_t *errq_next;

@@ -118,6 +118,10 @@ static void pq_add(dchan_ctx_t *ctx, dchan_handle_t *h)
     e->probe = h->probe;
     e->idle = h->idle;
     e->h = h;
+    /* The slot the next arrival fills. */
+    h->pf = h->detect == DCHAN_DETECT_FLAG && h->size <= DCHAN_PQ_PREFETCH_SIZE
+                ? (const char *)h->buf + (size_t)dchan_slot_of(h->n_arr, h->depth) * h->size
+                : NULL;
     h->pq_pos = ctx->pq_len++;
 }
 
