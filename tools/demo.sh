@@ -15,9 +15,11 @@
 # (OUTDIR defaults to BUILDDIR/demo). The last line is a RESULT line whose
 # ratio_dchan_over_msg is that of the most communication-bound row (the
 # largest msg comm share), next to worst_ratio, the table's largest.
-# DEMO_ROWS overrides the sweep: "GRID:BLOCKS:ITERS ...". DEMO_FACES=pack
-# (or subarray) passes --faces for the dchan mode (default: jacobi3d's
-# own, subarray).
+# DEMO_ROWS overrides the sweep: "GRID:BLOCKS:ITERS ...". The dchan mode
+# sends faces with --faces pack (DEMO_FACES=subarray for jacobi3d's
+# default): its sweep then packs each face as msg's does, into the
+# neighbour's slot instead of a pack buffer, so that the two modes run the
+# same code but for the transport.
 set -e
 b=${1:?usage: tools/demo.sh BUILDDIR [OUTDIR]}
 out=${2:-$b/demo}
@@ -45,8 +47,7 @@ raw=$out/demo-runs.txt
 # would race otherwise.
 run() {
     t=$(mktemp -d "${TMPDIR:-/tmp}/dchan-demo.XXXXXX")
-    faces=
-    [ -n "${DEMO_FACES:-}" ] && faces="--faces $DEMO_FACES"
+    faces="--faces ${DEMO_FACES:-pack}"
     TMPDIR=$t $mpirun -np 2 $bind "$b/apps/jacobi3d/jacobi3d" --grid "$1" --procs 2,1,1 \
         --blocks "$2" --iters "$3" --modes none,msg,dchan --rounds "$rounds" $faces $4 \
         >"$t/out" 2>"$t/err" || true
@@ -62,9 +63,9 @@ val() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 }
     END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "dchan demo: jacobi3d on 2 ranks (procs 2,1,1), modes none (compute floor), msg, dchan"
+echo "dchan demo: jacobi3d on 2 ranks (procs 2,1,1), modes none (compute floor), msg, dchan (faces ${DEMO_FACES:-pack})"
 echo "side by side in one job, turns in $rounds rounds, $reps jobs per row, medians; the first job's msg and dchan are verified"
-printf '# %s\n' "jacobi3d on 2 ranks (procs 2,1,1), medians of $reps jobs of the three modes side by side ($rounds rounds); $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc 2>/dev/null) CPUs" > "$dat"
+printf '# %s\n' "jacobi3d on 2 ranks (procs 2,1,1), dchan --faces ${DEMO_FACES:-pack}, medians of $reps jobs of the three modes side by side ($rounds rounds); $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -n), $(nproc 2>/dev/null) CPUs" > "$dat"
 printf '# %-12s %6s %6s %10s %10s %10s %9s %10s %10s\n' grid blocks iters none_us msg_us dchan_us \
     dchan/msg dchan/none msg_comm >> "$dat"
 start=$(date +%s)
