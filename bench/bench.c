@@ -537,6 +537,14 @@ void bench_stats(double *v, int n, double *med, double *min, double *max)
     *med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+const char *bench_fmt(char *buf, size_t len, double v, int decimals)
+{
+    snprintf(buf, len, "%.*f", decimals, v);
+    if (v != 0 && strtod(buf, NULL) == 0)
+        snprintf(buf, len, "%.3g", v);
+    return buf;
+}
+
 long bench_scale(long base, size_t size, double budget, long min)
 {
     long n = base;

@@ -162,6 +162,11 @@ static inline void bench_spin(struct bench_spin *s)
 /* Median, minimum and maximum of v[0..n) (v is reordered). */
 void bench_stats(double *v, int n, double *med, double *min, double *max);
 
+/* v with the given decimals, or with three significant digits where those
+ * decimals would print a value that is not 0 as 0 (a ratio or a rate
+ * under heavy load): a RESULT line never shows a measurement as 0. */
+const char *bench_fmt(char *buf, size_t len, double v, int decimals);
+
 /* Iterations at a size: the base count, cut so that no more than budget
  * bytes move in one direction, never fewer than min. */
 long bench_scale(long base, size_t size, double budget, long min);

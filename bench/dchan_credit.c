@@ -266,10 +266,12 @@ int main(int argc, char **argv)
                 bench_stats(v[0].samples, o.reps, &pm, &pn, &px);
                 bench_stats(v[1].samples, o.reps, &cm, &cn, &cx);
                 double stalls = all_puts ? (double)all_refused / (double)all_puts : 0;
+                char ratio[32];
                 printf("RESULT bench=credit provider=%s detect=%s size=%zu plain_us=%.4f "
-                       "credit_us=%.4f ratio=%.3f plain_min_us=%.4f plain_max_us=%.4f "
+                       "credit_us=%.4f ratio=%s plain_min_us=%.4f plain_max_us=%.4f "
                        "credit_min_us=%.4f credit_max_us=%.4f stalls_per_put=%.4f\n",
-                       cb->provider, cb->detect, size, pm, cm, cm / pm, pn, px, cn, cx, stalls);
+                       cb->provider, cb->detect, size, pm, cm,
+                       bench_fmt(ratio, sizeof ratio, cm / pm, 3), pn, px, cn, cx, stalls);
                 fflush(stdout);
                 fprintf(stderr,
                         "%s/%s %9zu B: plain %.3f us [%.3f-%.3f]  credited %.3f us [%.3f-%.3f]"

@@ -362,11 +362,13 @@ int main(int argc, char **argv)
                         med[D_DIRECT] / med[D_FILL],
                         mapped == 1 ? ""
                                     : " (dchan_put_ptr gave the send buffer, not the slot)");
+                char ratio[32];
                 printf("RESULT bench=direct provider=%s detect=%s size=%zu depth=%d "
-                       "direct_us=%.3f copy_us=%.3f fill_us=%.3f ratio=%.3f mapped=%.2f "
+                       "direct_us=%.3f copy_us=%.3f fill_us=%.3f ratio=%s mapped=%.2f "
                        "copied_direct=%.0f copied_copy=%.0f\n",
                        cb->provider, cb->detect, size, depth, med[D_DIRECT], med[D_COPY],
-                       med[D_FILL], med[D_DIRECT] / med[D_COPY], mapped,
+                       med[D_FILL], bench_fmt(ratio, sizeof ratio, med[D_DIRECT] / med[D_COPY], 3),
+                       mapped,
                        (double)timed.copied[D_DIRECT] / (double)timed.puts[D_DIRECT],
                        (double)timed.copied[D_COPY] / (double)timed.puts[D_COPY]);
                 fflush(stdout);

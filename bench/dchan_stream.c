@@ -313,8 +313,7 @@ static const char *fmt(char *buf, size_t len, const struct impl *m, double scale
 {
     if (!m || !m->on)
         return "-";
-    snprintf(buf, len, "%.4f", m->med * scale);
-    return buf;
+    return bench_fmt(buf, len, m->med * scale, 4);
 }
 
 int main(int argc, char **argv)
@@ -506,11 +505,11 @@ int main(int argc, char **argv)
                     best = str->med;
                 char rw[32] = "-", rs[32] = "-", rb[32] = "-";
                 if (d && win && win->on)
-                    snprintf(rw, sizeof rw, "%.3f", d->med / win->med);
+                    bench_fmt(rw, sizeof rw, d->med / win->med, 3);
                 if (d && str && str->on)
-                    snprintf(rs, sizeof rs, "%.3f", d->med / str->med);
+                    bench_fmt(rs, sizeof rs, d->med / str->med, 3);
                 if (d && best > 0)
-                    snprintf(rb, sizeof rb, "%.3f", d->med / best);
+                    bench_fmt(rb, sizeof rb, d->med / best, 3);
                 char stalls[32] = "-";
                 if (d)
                     snprintf(stalls, sizeof stalls, "%.3f",
