@@ -117,8 +117,8 @@ struct dchan_handle {
     bool gwant;                    /* getter: dchan_get found no new version (wake-up) */
     bool arm_op;                   /* receiver: the provider has a recv_arm to call */
     /* The per-message calls may take their short paths: no lock in the
-     * context, and a contiguous send side (DCHAN_FAST_SEND) or depth 1
-     * (DCHAN_FAST_RECV); 0: they may not. */
+     * context, and a contiguous send side (DCHAN_FAST_SEND) or a receive
+     * handle (DCHAN_FAST_RECV); 0: they may not. */
     uint8_t fast;
     dchan_handle_t *look_next;
     struct dchan_put_desc pd;      /* sender: what every put tells the provider (dchan_put) */

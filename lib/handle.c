@@ -655,7 +655,7 @@ DCHAN_API int dchan_create_handle_attr(dchan_ctx_t *ctx, int sender_rank, void *
     h->fn = fn;
     h->arg = arg;
     h->arm_op = p->ops->recv_arm != dchan_prov_noop_recv_arm;
-    h->fast = !ctx->locking && depth == 1 ? DCHAN_FAST_RECV : 0;
+    h->fast = !ctx->locking ? DCHAN_FAST_RECV : 0;
     if (credit && (rc = cid_alloc(ctx, sender_rank, &h->cidx, &h->ctag)) != DCHAN_SUCCESS)
         goto free_handle;
     rc = id_alloc(ctx, h, &h->id, &h->gen);
@@ -989,14 +989,20 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
     /* A SENTINEL handle's probe is its one tail, a FLAG handle's idle
      * value the sequence word as the last arrival left it: unchanged, the
      * sender did not put again before this re-arm. */
-    if (__builtin_expect(h->fast == DCHAN_FAST_RECV && !h->error && !h->in_pollq &&
-                             h->n_fired != h->n_rel && h->pq_pos == PQ_NONE &&
+    if (__builtin_expect(h->fast == DCHAN_FAST_RECV && h->depth == 1 && !h->error &&
+                             !h->in_pollq && h->n_fired != h->n_rel && h->pq_pos == PQ_NONE &&
                              (h->detect != DCHAN_DETECT_FLAG ||
                               __atomic_load_n(h->seq_word, __ATOMIC_ACQUIRE) == h->seq),
                          1)) {
         if (h->detect == DCHAN_DETECT_FLAG)
             h->idle = h->seq;
         return ready_one(h);
+    }
+    /* Deeper: a handle stays on the polling queue, so the release is the
+     * whole of it (pollq_locked has nothing to do). */
+    if (h->fast == DCHAN_FAST_RECV && h->depth > 1 && !h->error) {
+        rc = mark_locked(h);
+        return rc == DCHAN_SUCCESS && h->error ? h->error : rc;
     }
     /* On a source: publish the next version. */
     if (h->role == DCHAN_ROLE_SOURCE)
@@ -1188,6 +1194,17 @@ DCHAN_API int dchan_credits(const dchan_handle_t *ch)
 
 DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
 {
+    /* The call of nearly every iteration on a mapped channel: no lock,
+     * credit known, the next slot mapped here. */
+    if (__builtin_expect(h && h->magic == DCHAN_H_MAGIC && h->fast == DCHAN_FAST_SEND && h->credit &&
+                             ptr && !h->error && h->detect != DCHAN_DETECT_SENTINEL &&
+                             (credit_known(h) != 0 || credits_now(h) != 0),
+                         1) &&
+        h->prov->ops->map_slot(h, (size_t)dchan_slot_of(h->n_put, h->depth) * h->size, ptr) ==
+            DCHAN_SUCCESS) {
+        h->in_place = true;
+        return DCHAN_SUCCESS;
+    }
     int rc = send_entry(h, true);
     if (rc != DCHAN_SUCCESS)
         return rc;
