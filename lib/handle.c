@@ -1000,8 +1000,8 @@ DCHAN_API int dchan_ready(dchan_handle_t *h)
     }
     /* Deeper: a handle stays on the polling queue, so the release is the
      * whole of it (pollq_locked has nothing to do). */
-    if (h->fast == DCHAN_FAST_RECV && h->depth > 1 && !h->error) {
-        rc = mark_locked(h);
+    if (h->fast == DCHAN_FAST_RECV && h->depth > 1) {
+        rc = mark_locked(h); /* an error already set is its answer */
         return rc == DCHAN_SUCCESS && h->error ? h->error : rc;
     }
     /* On a source: publish the next version. */
@@ -1192,18 +1192,32 @@ DCHAN_API int dchan_credits(const dchan_handle_t *ch)
     return rc;
 }
 
+/* The receiver's slot of the next put, where it is mapped here. Never in
+ * SENTINEL mode: the tail written in place would announce the message
+ * before dchan_put, so such a handle writes its send buffer. */
+static inline bool next_slot_mapped(dchan_handle_t *h, void **p)
+{
+    return h->detect != DCHAN_DETECT_SENTINEL &&
+           h->prov->ops->map_slot(h, (size_t)dchan_slot_of(h->n_put, h->depth) * h->size, p) ==
+               DCHAN_SUCCESS;
+}
+
 DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
 {
-    /* The call of nearly every iteration on a mapped channel: no lock,
-     * credit known, the next slot mapped here. */
+    /* The call of nearly every iteration: no lock, credit known, and the
+     * next slot mapped here or the send buffer free. */
     if (__builtin_expect(h && h->magic == DCHAN_H_MAGIC && h->fast == DCHAN_FAST_SEND && h->credit &&
-                             ptr && !h->error && h->detect != DCHAN_DETECT_SENTINEL &&
-                             (credit_known(h) != 0 || credits_now(h) != 0),
-                         1) &&
-        h->prov->ops->map_slot(h, (size_t)dchan_slot_of(h->n_put, h->depth) * h->size, ptr) ==
-            DCHAN_SUCCESS) {
-        h->in_place = true;
-        return DCHAN_SUCCESS;
+                             ptr && !h->error && (credit_known(h) != 0 || credits_now(h) != 0),
+                         1)) {
+        if (next_slot_mapped(h, ptr)) {
+            h->in_place = true;
+            return DCHAN_SUCCESS;
+        }
+        if (!h->inflight) {
+            h->in_place = false;
+            *ptr = h->buf;
+            return DCHAN_SUCCESS;
+        }
     }
     int rc = send_entry(h, true);
     if (rc != DCHAN_SUCCESS)
@@ -1222,11 +1236,7 @@ DCHAN_API int dchan_put_ptr(dchan_handle_t *h, void **ptr)
     if ((rc = credit_take(h)) != DCHAN_SUCCESS)
         goto out;
     void *p;
-    /* In SENTINEL mode the tail written in place would announce the
-     * message before dchan_put: such a handle writes its send buffer. */
-    if (h->detect != DCHAN_DETECT_SENTINEL &&
-        h->prov->ops->map_slot(h, (size_t)dchan_slot_of(h->n_put, h->depth) * h->size, &p) ==
-            DCHAN_SUCCESS) {
+    if (next_slot_mapped(h, &p)) {
         h->in_place = true;
     } else {
         if (h->inflight && (rc = dchan_core_drain_put(h, ctx->params.DRAIN_TIMEOUT_MS)))
