@@ -157,9 +157,10 @@ static int try_put(struct chan *c, long iters)
         if (dst != c->sbuf)
             c->in_place++;
     } else {
-        /* The send buffer must be free before it is written again. */
+        /* The send buffer must be free before it is written again (on ofi
+         * that can take the peer's progress: let it run). */
         while (dchan_put_test(c->sh) == 0)
-            ;
+            sched_yield();
     }
     fill(dst, c->size, me, c->id, c->sent);
     int rc = dchan_put(c->sh);
@@ -180,10 +181,13 @@ static void run_round(long iters, int max_sleep_us)
 {
     int done = 0;
     while (!done) {
+        int moved = 0; /* puts sent, callbacks run, slots released */
         for (int i = 0; i < nch; i++)
             while (try_put(&ch[i], iters))
-                ;
-        CHECK(dchan_progress(ctx));
+                moved++;
+        int n = dchan_progress(ctx);
+        CHECK(n);
+        moved += n;
         for (int i = 0; i < nch; i++) {
             struct chan *c = &ch[i];
             /* Hold a random number of slots, up to all k, then release some. */
@@ -191,8 +195,12 @@ static void run_round(long iters, int max_sleep_us)
                 if (max_sleep_us && next_rand() % 8 == 0)
                     usleep(next_rand() % (unsigned)max_sleep_us);
                 release(c, 1 + (int)(next_rand() % (unsigned)c->held));
+                moved++;
             }
         }
+        /* As mpt_progress, but after the releases, which move things too. */
+        if (!moved)
+            sched_yield();
         done = 1;
         for (int i = 0; i < nch; i++)
             if (ch[i].sent < iters || ch[i].released < iters)

@@ -307,18 +307,20 @@ int main(int argc, char **argv)
     ctx = mpt_init(on_error);
     setup(sizes);
     for (;;) {
-        int done = 1;
+        int done = 1, started = 0;
         for (int i = 0; i < nch; i++) {
             struct chan *c = &ch[i];
             if (c->got < iters) {
                 int rc = dchan_get(c->get);
-                if (rc == DCHAN_ERR_AGAIN)
+                if (rc == DCHAN_ERR_AGAIN) {
                     c->again++;
-                else
+                } else {
                     CHECK(rc);
+                    started++;
+                }
             }
         }
-        CHECK(dchan_progress(ctx));
+        mpt_progress(ctx, started);
         for (int i = 0; i < nch; i++)
             if (ch[i].got < iters || ch[i].taken < iters)
                 done = 0;

@@ -285,10 +285,10 @@ int main(int argc, char **argv)
     ctx = mpt_init(on_error);
     setup(iters);
     for (;;) {
-        int done = 1;
+        int done = 1, sent = 0;
         for (int i = 0; i < nch; i++)
-            try_put(&ch[i], iters);
-        CHECK(dchan_progress(ctx));
+            sent += try_put(&ch[i], iters);
+        mpt_progress(ctx, sent);
         for (int i = 0; i < nch; i++)
             if (ch[i].recvd < iters || ch[i].completed < iters)
                 done = 0;
