@@ -233,6 +233,15 @@ static inline void verify(const unsigned char *b, size_t n, int from, int chan, 
             continue;
         }
         memcpy(&got, b + k, len);
+        /* A second look some time later tells a write still landing from
+         * one that ended wrong, and the next word what lies beside it. */
+        uint64_t later = 0, next = 0;
+        usleep(50000);
+        memcpy(&later, b + k, len);
+        if (k + 16 <= n)
+            memcpy(&next, b + k + 8, 8);
+        fprintf(stderr, "%s[%d]: the word read %016llx again 50 ms later; the next word %016llx\n",
+                mpt_prog, me, (unsigned long long)later, (unsigned long long)next);
         /* The address too: a word that straddles an 8-byte boundary may
          * land in two pieces on hardware, which a torn word would tell. */
         die("data from rank %d, channel %d, iteration %ld (%zu bytes)%s: bytes %zu..%zu are "
