@@ -68,13 +68,12 @@ static inline void die(const char *fmt, ...)
  * the caller's pass moved nothing either (moved == 0), give the core away.
  * With more ranks than cores (4 on 2 in make check) a rank that spins
  * keeps the peer it waits for off the core. */
-static inline int mpt_progress(dchan_ctx_t *ctx, int moved)
+static inline void mpt_progress(dchan_ctx_t *ctx, int moved)
 {
     int n = dchan_progress(ctx);
     CHECK(n);
     if (n == 0 && !moved)
         sched_yield();
-    return n;
 }
 
 static inline unsigned long long now_ns(void)
@@ -238,10 +237,13 @@ static inline void verify(const unsigned char *b, size_t n, int from, int chan, 
         uint64_t later = 0, next = 0;
         usleep(50000);
         memcpy(&later, b + k, len);
-        if (k + 16 <= n)
+        fprintf(stderr, "%s[%d]: the word read %016llx again 50 ms later", mpt_prog, me,
+                (unsigned long long)later);
+        if (k + 16 <= n) {
             memcpy(&next, b + k + 8, 8);
-        fprintf(stderr, "%s[%d]: the word read %016llx again 50 ms later; the next word %016llx\n",
-                mpt_prog, me, (unsigned long long)later, (unsigned long long)next);
+            fprintf(stderr, "; the next word %016llx", (unsigned long long)next);
+        }
+        fputc('\n', stderr);
         /* The address too: a word that straddles an 8-byte boundary may
          * land in two pieces on hardware, which a torn word would tell. */
         die("data from rank %d, channel %d, iteration %ld (%zu bytes)%s: bytes %zu..%zu are "
