@@ -296,6 +296,24 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
     return true;
 }
 
+bool dchan_core_signal_id(struct dchan_prov *p, uint32_t id, uint32_t slot, uint64_t value)
+{
+    dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
+    if (!h || h->role != DCHAN_ROLE_RECV || h->prov != p || !scanned(h->detect) ||
+        slot >= h->depth)
+        return false;
+    /* A failed handle takes nothing; a slot the application still holds
+     * is an overrun, as a second EVENT arrival would be, and its data
+     * stays as it was. */
+    if (h->error || dchan_core_recv_writable(h, slot) != DCHAN_SUCCESS)
+        return true;
+    uint64_t *word = h->detect == DCHAN_DETECT_FLAG
+                         ? h->seq_word
+                         : (uint64_t *)((char *)h->buf + (size_t)slot * h->size + h->size - 8);
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    return true;
+}
+
 static void credit_hint(dchan_handle_t *r, uint32_t index, uint64_t value);
 
 bool dchan_core_arrival_id_hint(struct dchan_prov *p, uint32_t id, const void *data, size_t len,

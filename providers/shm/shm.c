@@ -18,7 +18,14 @@
  * the receiver copies them into the buffer when it consumes the record.
  * A receive buffer anywhere else is written with Cross Memory Attach
  * (process_vm_writev), one system call per chunk; the call has returned,
- * so every byte landed, before the signalling store is made.
+ * so every byte landed, before the arrival is signalled. The signal is
+ * then never a word written through that call: the kernel copies byte
+ * by byte (rep movsb) and can be preempted in the middle, so another
+ * process can see a word half written, for as long as the writer is off
+ * its core; a SENTINEL tail seen so would run the callback on a wrong
+ * last word. EVENT signals with its ring record as always; SENTINEL and
+ * FLAG send the word in a ring record, and the receiver stores it itself
+ * (struct shm_word).
  *
  * Safety: peers validate a segment's size, owner, mode, seals and header
  * (job key, rank, pid) before trusting it; offsets read from wires are
@@ -39,8 +46,10 @@
  *     out-of-order seq just stops consumption there (a peer that never
  *     completes its record stalls EVENT arrivals, as a dead one does). An
  *     id is only a lookup key of the core, which accepts live EVENT
- *     handles of this provider and nothing else; a record naming none is
- *     dropped and logged. An inline length above SHM_INLINE_BYTES or other
+ *     handles of this provider and nothing else, or, for a record with a
+ *     signalling word, live SENTINEL and FLAG handles and one of their
+ *     slots, whose word the peer could write anyway; a record naming none
+ *     is dropped and logged. An inline length above SHM_INLINE_BYTES or other
  *     than the handle's size is DCHAN_ERR_SIZE on that handle, and no byte
  *     of it is read; a second record before the re-arm is
  *     DCHAN_ERR_OVERRUN. Length 0 says the body is in the buffer, which a
@@ -676,8 +685,9 @@ static void shm_recv_close(dchan_handle_t *h)
 {
 }
 
-/* The record at the head names no live EVENT handle of this provider: a
- * late one for a handle destroyed with a put in flight, or a faulty peer.
+/* The record at the head names no live handle of this provider that takes
+ * its kind (an EVENT arrival, a signalling word): a late one for a handle
+ * destroyed with a put in flight, or a faulty peer.
  * Counted, and logged at the 1st, 2nd, 4th, 8th ... so that a flood of
  * them cannot flood stderr. Its fields are read again for the log line
  * only: whatever they hold now is just printed. */
@@ -686,8 +696,8 @@ static void __attribute__((noinline, cold)) ring_drop(struct dchan_prov *p, stru
     const struct shm_slot *sl = &r->slots[r->head & r->mask];
     uint64_t n = ++r->dropped;
     if ((n & (n - 1)) == 0)
-        dchan_warn(p->ctx, "shm", "ring record for handle id %#x (len %u) names no live EVENT "
-                   "handle: dropped (%llu so far)",
+        dchan_warn(p->ctx, "shm", "ring record for handle id %#x (len %#x) names no live handle "
+                   "that takes it: dropped (%llu so far)",
                    __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
                    __atomic_load_n(&sl->len, __ATOMIC_RELAXED), (unsigned long long)n);
 }
@@ -723,14 +733,23 @@ static inline __attribute__((always_inline)) void record_take(struct dchan_prov 
     }
 }
 
-/* A record with a credit hint: the hint is a copy of a credit value,
- * which the core checks as it checks the word. Out of line, so that
+/* A record with a credit hint (the hint is a copy of a credit value,
+ * which the core checks as it checks the word), or one that carries a
+ * signalling word (stored by the core, for a live SENTINEL or FLAG handle
+ * of this provider and one of its slots only). Out of line, so that
  * ring_drain keeps no more registers across its calls than a record
- * without one needs. */
-static void __attribute__((noinline)) record_take_hinted(struct dchan_prov *p, struct shm_ring *r,
-                                                         const struct shm_slot *sl, uint32_t id,
-                                                         uint32_t len)
+ * without either needs. */
+static void __attribute__((noinline)) record_take_rare(struct dchan_prov *p, struct shm_ring *r,
+                                                       const struct shm_slot *sl, uint32_t id,
+                                                       uint32_t len)
 {
+    if (len == SHM_LEN_WORD) {
+        const struct shm_word *w = (const struct shm_word *)sl->data;
+        if (!id || !dchan_core_signal_id(p, id, __atomic_load_n(&w->slot, __ATOMIC_RELAXED),
+                                         __atomic_load_n(&w->value, __ATOMIC_RELAXED)))
+            ring_drop(p, r);
+        return;
+    }
     len &= ~SHM_LEN_HINT;
     if (id && len <= SHM_HINT_AT) {
         const struct shm_hint *hn = (const struct shm_hint *)(sl->data + SHM_HINT_AT);
@@ -754,8 +773,8 @@ static int ring_drain(struct dchan_prov *p, struct shm_ring *r)
         const struct shm_slot *sl = &r->slots[r->head & r->mask];
         uint32_t id = __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
                  len = __atomic_load_n(&sl->len, __ATOMIC_RELAXED);
-        if (__builtin_expect(len & SHM_LEN_HINT, 0))
-            record_take_hinted(p, r, sl, id, len);
+        if (__builtin_expect(len & (SHM_LEN_HINT | SHM_LEN_WORD), 0))
+            record_take_rare(p, r, sl, id, len);
         else
             record_take(p, r, sl, id, len);
         /* Producers reuse the slot once they see the head past it. */
@@ -1107,12 +1126,59 @@ static int shm_put(dchan_handle_t *h, const struct dchan_put_desc *d)
     return put_any(h, d);
 }
 
+/* A failure that belongs to the handle is reported there (the put call
+ * returns the code too); anything else is only returned. */
+static int put_failed(dchan_handle_t *h, int rc)
+{
+    if (rc == DCHAN_ERR_PEER || rc == DCHAN_ERR_HANDLE)
+        dchan_core_put_done(h, rc);
+    return rc;
+}
+
+/* SENTINEL or FLAG into a receiver's buffer or word outside its segment:
+ * the body by Cross Memory Attach, then a record with the signalling word
+ * (the tail, or the sequence value), which the receiver stores in one
+ * aligned store; written here by the kernel's byte copy, it could be seen
+ * half done. The position is claimed first, so that a full ring costs
+ * nothing written. */
+static int put_word(dchan_handle_t *h, const struct dchan_put_desc *d)
+{
+    struct shm_sh *sh = d->priv;
+    struct shm_slot *sl;
+    uint64_t pos, value = d->seq;
+    int rc = ring_claim(sh->peer, &sl, &pos);
+    if (rc != DCHAN_SUCCESS)
+        return rc; /* nothing written: the core drives progress and retries */
+    size_t body = d->detect == DCHAN_DETECT_SENTINEL ? d->size - 8 : d->size;
+    if (d->detect == DCHAN_DETECT_SENTINEL && d->iov)
+        dchan_gather_copy(d, body, d->size, &value);
+    else if (d->detect == DCHAN_DETECT_SENTINEL)
+        memcpy(&value, (const char *)d->src + body, 8);
+    rc = d->iov ? write_gather(sh, d, 0, body) : write_body(sh, d->offset, d->src, body);
+    if (rc != DCHAN_SUCCESS) {
+        ring_publish(sl, pos, 0, 0);
+        return put_failed(h, rc);
+    }
+    struct shm_word *w = (struct shm_word *)sl->data;
+    w->value = value;
+    w->slot = d->slot;
+    w->unused = 0;
+    ring_publish(sl, pos, d->remote_id, SHM_LEN_WORD);
+    wake_peer(sh->peer);
+    return DCHAN_PROV_PUT_DONE;
+}
+
 /* Every put: through CMA, gathered, or EVENT. */
 static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
 {
     struct shm_sh *sh = d->priv;
     int rc = DCHAN_SUCCESS;
 
+    /* The signalling word of a receiver outside the segment goes in a
+     * record, which the receiver stores (struct shm_word). */
+    if (d->detect != DCHAN_DETECT_EVENT && !sh->local &&
+        (d->detect == DCHAN_DETECT_SENTINEL ? !sh->dst : !sh->seq_dst))
+        return put_word(h, d);
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
         /* The body, then the tail: the receiver polls the tail. */
@@ -1126,10 +1192,8 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         }
         if (rc != DCHAN_SUCCESS)
             break;
-        if (sh->dst)
-            __atomic_store_n((uint64_t *)(sh->dst + at), tail, __ATOMIC_RELEASE);
-        else
-            rc = cma_write(sh, &tail, sh->dst_va + at, 8);
+        __atomic_store_n((uint64_t *)(sh->dst ? sh->dst + at : (char *)(uintptr_t)sh->dst_va + at),
+                         tail, __ATOMIC_RELEASE);
         break;
     }
     case DCHAN_DETECT_FLAG:
@@ -1138,10 +1202,8 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         rc = d->iov ? write_gather(sh, d, 0, d->size) : write_body(sh, d->offset, d->src, d->size);
         if (rc != DCHAN_SUCCESS)
             break;
-        if (sh->seq_dst)
-            __atomic_store_n(sh->seq_dst, d->seq, __ATOMIC_RELEASE);
-        else
-            rc = cma_write(sh, d->seq_src, sh->seq_va, 8);
+        __atomic_store_n(sh->seq_dst ? sh->seq_dst : (uint64_t *)(uintptr_t)sh->seq_va, d->seq,
+                         __ATOMIC_RELEASE);
         break;
     default: {
         struct shm_slot *sl;
@@ -1167,14 +1229,8 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         break;
     }
     }
-    if (rc == DCHAN_ERR_PEER || rc == DCHAN_ERR_HANDLE) {
-        /* The failure belongs to this handle: report it there, the put
-         * call itself returns the code too. */
-        dchan_core_put_done(h, rc);
-        return rc;
-    }
     if (rc != DCHAN_SUCCESS)
-        return rc;
+        return put_failed(h, rc);
     wake_peer(sh->peer);
     return DCHAN_PROV_PUT_DONE;
 }

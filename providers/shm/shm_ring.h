@@ -13,7 +13,7 @@
 struct dchan_prov;
 
 #define SHM_MAGIC 0x4d485344u /* "DSHM" */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 #define SHM_HDR_BYTES 4096u
 /* Ring sizes a segment may have (DCHAN_SHM_RING_SLOTS, a power of two). */
 #define SHM_RING_MIN 16u
@@ -28,7 +28,8 @@ struct dchan_prov;
 struct shm_slot {
     uint64_t seq; /* pos + 1 once the record at ring position pos is complete */
     uint32_t id;  /* receive handle id; 0: a claimed position with nothing */
-    uint32_t len; /* bytes inline in data, 0: the body is in the buffer; | SHM_LEN_HINT */
+    uint32_t len; /* bytes inline in data, 0: the body is in the buffer; | SHM_LEN_HINT;
+                   * or SHM_LEN_WORD */
     unsigned char data[SHM_INLINE_BYTES];
 };
 _Static_assert(sizeof(struct shm_slot) == 64, "one record per cache line");
@@ -48,6 +49,21 @@ struct shm_hint {
     uint32_t unused;
 };
 _Static_assert(SHM_HINT_AT + sizeof(struct shm_hint) <= SHM_INLINE_BYTES, "hint in the record");
+
+/* A record with len exactly SHM_LEN_WORD carries the word that signals an
+ * arrival on a SENTINEL or FLAG handle whose buffer (or sequence word)
+ * lies outside the segment. The producer wrote the body with Cross Memory
+ * Attach, whose copy the kernel makes byte by byte and may be preempted
+ * in: its write of the signalling word could be seen half done, a word
+ * that is neither the sentinel nor the tail. The consumer stores the word
+ * instead, in one aligned store. */
+#define SHM_LEN_WORD 0x40000000u
+struct shm_word {
+    uint64_t value; /* the tail, or the sequence value */
+    uint32_t slot;  /* the slot whose tail it is (SENTINEL) */
+    uint32_t unused;
+};
+_Static_assert(sizeof(struct shm_word) <= SHM_HINT_AT, "word before any hint");
 
 /* At offset 0 of every segment; written by its owner before peers map it.
  * Every peer of the host can write it too: nobody trusts what it reads
@@ -82,7 +98,7 @@ struct shm_ring {
     uint64_t mask;       /* slots - 1 */
     uint64_t head;       /* next position to consume */
     uint64_t *head_pub;  /* where producers read head (the header's ring_head) */
-    uint64_t dropped;    /* records that named no live EVENT handle */
+    uint64_t dropped;    /* records that named no live handle taking them */
 };
 
 /* Consume the complete records at the head of r, at most one ring's worth,

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libFuzzer target for the shm provider's ring consumer: any input becomes
- * a ring of records (seq, id, len, inline data, credit hints) as a faulty
- * peer could write them, consumed by dchan_shm_ring_consume on the shm
+ * a ring of records (seq, id, len, inline data, credit hints, signalling
+ * words) as a faulty peer could write them, consumed by dchan_shm_ring_consume on the shm
  * provider of a live singleton context, one per detection mode, each with
  * receive handles of sizes around the inline limit, in the segment and on
  * the heap.
@@ -47,6 +47,10 @@ struct fh {
     /* the model */
     int state, rc;
     unsigned char expect[MAXSZ];
+    /* FLAG: the sequence value of the last arrival, and the word as the
+     * records left it (the scan after the consumer judges it). */
+    uint64_t seq, word;
+    const uint64_t *wordp;
     /* what the callbacks saw */
     int arrivals, errors, err_rc;
 };
@@ -55,13 +59,6 @@ static dchan_ctx_t *ctx[NCTX];
 static struct fh fh[NCTX][NH];
 static const uint64_t oob = 0x5a5a5a5a5a5a5a5aull;
 
-/* The segments, and a copy of each: only buffers may change. */
-struct seg {
-    unsigned char *base, *copy;
-    size_t len;
-};
-static struct seg segs[NCTX];
-static int nsegs;
 
 static void die(const char *what, int c, int k)
 {
@@ -86,6 +83,24 @@ static void on_error(dchan_handle_t *h, int rc, void *arg)
     die("error_fn for a handle that is not ours", -1, -1);
 }
 
+/* The segments, and a copy of each: only buffers (and the FLAG words
+ * that records may set) may change. */
+struct seg {
+    unsigned char *base, *copy;
+    size_t len;
+};
+static struct seg segs[NCTX];
+static int nsegs;
+
+/* A FLAG word as it is now, into the copy of its segment. */
+static void sync_word(const uint64_t *w)
+{
+    for (int s = 0; w && s < nsegs; s++)
+        if ((const unsigned char *)w >= segs[s].base &&
+            (const unsigned char *)w < segs[s].base + segs[s].len)
+            memcpy(segs[s].copy + ((const unsigned char *)w - segs[s].base), w, 8);
+}
+
 static void make_handle(int c, int k)
 {
     struct fh *f = &fh[c][k];
@@ -95,6 +110,9 @@ static void make_handle(int c, int k)
     f->id = dchan_h_id(f->h);
     f->state = ARMED;
     f->rc = 0;
+    f->seq = f->word = 0;
+    f->wordp = modes[c] == DCHAN_DETECT_FLAG ? dchan_h_seq_word(f->h) : NULL;
+    sync_word(f->wordp); /* zeroed for the new handle */
     memcpy(f->expect, f->block + GUARD, f->size);
 }
 
@@ -174,9 +192,61 @@ static void fail(struct fh *f, int rc)
     f->rc = rc;
 }
 
+static uint64_t get_le(const unsigned char *b, int n);
+
+/* A record with a signalling word: the core stores it (the tail, or the
+ * FLAG word) where the scan after the consumer finds it; a handle that
+ * failed takes nothing, one whose data the application holds fails with
+ * DCHAN_ERR_OVERRUN. */
+static bool model_word(int c, uint32_t id, const unsigned char *data)
+{
+    struct fh *f = id ? lookup(c, id) : NULL;
+    uint64_t value = get_le(data, 8);
+    if (!f || modes[c] == DCHAN_DETECT_EVENT || get_le(data + 8, 4) != 0)
+        return false; /* depth 1 here: slot 0 only */
+    if (f->state == FAILED)
+        return true;
+    if (f->state == ARRIVED) {
+        fail(f, DCHAN_ERR_OVERRUN);
+        return true;
+    }
+    if (modes[c] == DCHAN_DETECT_SENTINEL)
+        memcpy(f->expect + f->size - 8, &value, 8);
+    else
+        f->word = value;
+    return true;
+}
+
+/* The scan after the consumer, on a handle still armed. */
+static void model_scan(int c, struct fh *f)
+{
+    if (f->state != ARMED)
+        return;
+    if (modes[c] == DCHAN_DETECT_SENTINEL) {
+        uint64_t tail;
+        memcpy(&tail, f->expect + f->size - 8, 8);
+        if (tail != oob)
+            f->state = ARRIVED;
+    } else if (modes[c] == DCHAN_DETECT_FLAG && f->word != f->seq) {
+        /* The next count of the same epoch, or the first of a new one. */
+        uint64_t v = f->word;
+        bool next = (v >> 32) == (f->seq >> 32)
+                        ? v == ((f->seq & ~0xffffffffull) | (uint32_t)((uint32_t)f->seq + 1))
+                        : (uint32_t)v == 1;
+        if (next) {
+            f->seq = v;
+            f->state = ARRIVED;
+        } else {
+            fail(f, DCHAN_ERR_OVERRUN);
+        }
+    }
+}
+
 /* What one complete record must do; false when it is dropped. */
 static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
 {
+    if (len == SHM_LEN_WORD)
+        return model_word(c, id, data);
     /* A credit hint rides along: no send handle here has a credit word,
      * so it changes nothing, and the length is the rest. */
     len &= ~SHM_LEN_HINT;
@@ -222,6 +292,9 @@ static void check_segments(void)
                     memcpy(segs[s].copy + (f->block - segs[s].base), f->block,
                            f->size + 2 * GUARD);
             }
+        for (int c = 0; c < NCTX; c++)
+            for (int k = 0; k < NH; k++)
+                sync_word(fh[c][k].wordp);
         if (memcmp(segs[s].copy, segs[s].base, segs[s].len) != 0)
             die("a segment changed outside the receive buffers", s, -1);
     }
@@ -282,6 +355,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sl->len = raw;
         for (int j = 0; j < (int)SHM_INLINE_BYTES; j++)
             sl->data[j] = (unsigned char)(b[3] + 31 * j + (int)i);
+        if (b[2] >= 0xe8 && b[2] < 0xf0) {
+            /* A signalling word: mostly slot 0; the sentinel, the next
+             * FLAG count, or anything. */
+            struct shm_word w = {.value = raw, .slot = b[3] < 0xe0 ? 0 : raw};
+            if (b[3] % 4 == 0)
+                w.value = oob;
+            else if (b[3] % 4 == 1)
+                w.value = named->seq + 1;
+            sl->len = SHM_LEN_WORD;
+            memcpy(sl->data, &w, sizeof w);
+        }
     }
     memcpy(before, mem, sizeof mem);
 
@@ -306,6 +390,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("the consumer wrote the ring", c, -1);
 
     /* Callbacks as the model says; every byte where it says; then re-arm. */
+    for (int k = 0; k < NH; k++)
+        model_scan(c, &fh[c][k]);
     if (dchan_progress(ctx[c]) < 0)
         die("dchan_progress", c, -1);
     for (int k = 0; k < NH; k++) {
@@ -318,12 +404,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (f->arrivals != (f->state == ARRIVED) ||
             f->errors != (f->state == FAILED) || (f->errors && f->err_rc != f->rc))
             die("callbacks", c, k);
+        if (f->wordp && __atomic_load_n(f->wordp, __ATOMIC_RELAXED) != f->word)
+            die("FLAG word", c, k);
         if (f->state == ARRIVED && dchan_ready(f->h) != DCHAN_SUCCESS)
             die("dchan_ready after an arrival", c, k);
+        if (f->state == ARRIVED && modes[c] == DCHAN_DETECT_SENTINEL)
+            memcpy(f->expect + f->size - 8, &oob, 8); /* the re-arm's sentinel */
         if (f->state == FAILED) {
             /* The error sticks to the handle: later calls return it. */
             if (dchan_ready(f->h) != f->rc)
                 die("dchan_ready on a failed handle", c, k);
+            sync_word(f->wordp); /* as the records left it */
             if (dchan_handle_destroy(f->h) != DCHAN_SUCCESS)
                 die("dchan_handle_destroy", c, k);
             make_handle(c, k);

@@ -30,6 +30,17 @@
  *                 past the area. None may grant a put; one that a faulty
  *                 peer could as well have stored in the word is taken like
  *                 the word; and the channel then carries every byte.
+ *   --test word   SENTINEL into heap buffers (DCHAN_DETECT=sentinel). The
+ *                 body travels by Cross Memory Attach, whose kernel copy can
+ *                 be seen half done; the tail must not, so it travels in a
+ *                 ring record and the receiver stores it itself. Rank 1
+ *                 puts (depth 1, a credited depth 4, a gathered put), then
+ *                 both meet in an MPI barrier, which runs no dchan progress:
+ *                 rank 0 finds every body in place and every tail still the
+ *                 sentinel, then at its progress the arrivals, whole and in
+ *                 order. Forged word records (a slot past the depth, a
+ *                 destroyed handle, id 0, unknown flags) are dropped without
+ *                 a byte written, and the channels go on.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -706,6 +717,175 @@ static void test_hostile(void)
     CHECK(dchan_finalize(ctx));
 }
 
+/* ---- --test word ------------------------------------------------------------------- */
+
+enum { W_SMALL, W_BIG, W_DEPTH, W_GATHER, NW };
+static const size_t w_size[NW] = {8, 4104, 64, 1024};
+static const int w_depth[NW] = {1, 1, 4, 1};
+static dchan_handle_t *wch[NW];
+static long w_arrivals[NW];
+
+static void on_w_arrival(dchan_handle_t *h, void *arg)
+{
+    w_arrivals[(intptr_t)arg]++;
+}
+
+/* Rank 1: a record with a signalling word (shm_ring.h), forged. */
+static void word_record(struct shm_hdr *hdr, uint32_t id, uint32_t len, uint32_t slot,
+                        uint64_t value)
+{
+    struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
+    uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
+    while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
+        sched_yield();
+    struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
+    struct shm_word w = {.value = value, .slot = slot};
+    sl->id = id;
+    sl->len = len;
+    memset(sl->data, 0xee, sizeof sl->data);
+    memcpy(sl->data, &w, sizeof w);
+    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+}
+
+/* One round: rank 1 puts every slot of every channel; rank 0 checks, with
+ * no dchan call since, that the bodies landed and no tail did; then takes
+ * the arrivals, in order, and releases them. */
+static void word_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sbuf,
+                       unsigned char **rbuf, long iter)
+{
+    if (me == 1) {
+        for (int c = 0; c < NW; c++)
+            for (int k = 0; k < w_depth[c]; k++) {
+                fill(sbuf[c], w_size[c], 1, c, iter * 64 + k);
+                CHECK(dchan_put(sh[c]));
+            }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0) {
+        for (int c = 0; c < NW; c++)
+            for (int k = 0; k < w_depth[c]; k++) {
+                unsigned char *slot = rbuf[c] + (size_t)k * w_size[c];
+                uint64_t tail;
+                memcpy(&tail, slot + w_size[c] - 8, 8);
+                if (tail != OOB)
+                    die("channel %d slot %d, round %ld: the tail holds %016llx before the "
+                        "receiver's progress (a tail written by Cross Memory Attach)",
+                        c, k, iter, (unsigned long long)tail);
+                if (w_arrivals[c] != (iter - 1) * w_depth[c])
+                    die("channel %d: %ld arrivals before round %ld", c, w_arrivals[c], iter);
+                mpt_verify_when = " (the body, before the tail)";
+                verify(slot, w_size[c] - 8, 1, c, iter * 64 + k);
+            }
+        for (int c = 0; c < NW; c++) {
+            unsigned long long t0 = now_ns();
+            while (w_arrivals[c] < iter * w_depth[c]) {
+                if (now_ns() - t0 > 30000000000ull)
+                    die("channel %d: %ld arrivals in round %ld", c, w_arrivals[c], iter);
+                int rc = dchan_wait(ctx, 1000);
+                if (rc < 0 && rc != DCHAN_ERR_TIMEOUT)
+                    die("dchan_wait: %s", dchan_strerror(rc));
+            }
+            if (w_arrivals[c] != iter * w_depth[c])
+                die("channel %d: %ld arrivals in round %ld", c, w_arrivals[c], iter);
+            mpt_verify_when = " (at arrival)";
+            for (int k = 0; k < w_depth[c]; k++) {
+                void *slot;
+                CHECK(dchan_slot(wch[c], &slot));
+                if (slot != rbuf[c] + (size_t)k * w_size[c])
+                    die("channel %d: slot %d delivered out of order", c, k);
+                verify(slot, w_size[c], 1, c, iter * 64 + k);
+                CHECK(dchan_ready(wch[c]));
+            }
+            /* Past the buffer: never written (the forged slots aim there). */
+            verify(rbuf[c] + (size_t)w_depth[c] * w_size[c], w_size[c], 0, c, 0);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void test_word(void)
+{
+    dchan_attr_t a;
+    dchan_ctx_t *ctx;
+    dchan_attr_init(&a);
+    CHECK(dchan_init(&a, &ctx));
+    me = dchan_rank(ctx);
+    nranks = dchan_nranks(ctx);
+    if (nranks != 2)
+        die("--test word needs 2 ranks");
+    if (strcmp(dchan_provider_name(ctx), "shm") != 0)
+        die("provider %s, not shm", dchan_provider_name(ctx));
+
+    unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0};
+    dchan_handle_t *sh[NW] = {0};
+    dchan_wire_t w[NW + 1];
+    if (me == 0) {
+        for (int c = 0; c < NW; c++) {
+            dchan_handle_attr_t ha;
+            dchan_handle_attr_init(&ha);
+            ha.depth = w_depth[c];
+            ha.credit = w_depth[c] > 1;
+            /* On the heap, with a guard of one more slot behind it. */
+            rbuf[c] = xalloc((size_t)(w_depth[c] + 1) * w_size[c]);
+            fill(rbuf[c] + (size_t)w_depth[c] * w_size[c], w_size[c], 0, c, 0);
+            CHECK(dchan_create_handle_attr(ctx, 1, rbuf[c], w_size[c], OOB, on_w_arrival,
+                                           (void *)(intptr_t)c, &ha, &wch[c]));
+            if (dchan_handle_detect(wch[c]) != DCHAN_DETECT_SENTINEL)
+                die("channel %d is not in SENTINEL mode (run with DCHAN_DETECT=sentinel)", c);
+            CHECK(dchan_handle_export(wch[c], &w[c]));
+            if (w[c].bytes[48] != 2)
+                die("channel %d: a heap buffer that the wire does not name as one", c);
+        }
+        dchan_handle_t *x;
+        CHECK(dchan_create_handle(ctx, 1, rbuf[W_SMALL], 8, OOB, on_w_arrival, NULL, &x));
+        CHECK(dchan_handle_export(x, &w[NW]));
+        CHECK(dchan_handle_destroy(x));
+    }
+    MPI_Bcast(w, (int)sizeof w, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (me == 1) {
+        for (int c = 0; c < NW; c++) {
+            sbuf[c] = xalloc(w_size[c]);
+            if (c != W_GATHER) {
+                CHECK(dchan_assoc_local(ctx, &w[c], sbuf[c], w_size[c], &sh[c]));
+                continue;
+            }
+            /* The tail straddles the last two pieces: 1000, 20 and 4 bytes,
+             * gathered from one buffer in order. */
+            dchan_iov_t iov[3] = {{sbuf[c], 1000}, {sbuf[c] + 1000, 20}, {sbuf[c] + 1020, 4}};
+            CHECK(dchan_assoc_local_iov(ctx, &w[c], iov, 3, &sh[c]));
+        }
+        peer_slots = __atomic_load_n(&segment_of(&w[0], 0)->ring_slots, __ATOMIC_RELAXED);
+    }
+    for (long it = 1; it <= 50; it++)
+        word_round(ctx, sh, sbuf, rbuf, it);
+
+    /* Forged records, then a round whose records come behind them. */
+    if (me == 1) {
+        struct shm_hdr *hdr = segment_of(&w[0], 0);
+        uint64_t v = word_of(1, W_SMALL, 999, 0);
+        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD, 1, v);  /* past its depth */
+        word_record(hdr, wire_id(&w[W_DEPTH]), SHM_LEN_WORD, 4, v);  /* past its depth */
+        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD, UINT32_MAX, v);
+        word_record(hdr, wire_id(&w[NW]), SHM_LEN_WORD, 0, v);       /* destroyed */
+        word_record(hdr, 0, SHM_LEN_WORD, 0, v);                     /* no handle */
+        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | SHM_LEN_HINT, 0, v);
+        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | 8, 0, v);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (long it = 51; it <= 60; it++)
+        word_round(ctx, sh, sbuf, rbuf, it);
+
+    CHECK(dchan_barrier(ctx));
+    for (int c = 0; c < NW; c++) {
+        if (sh[c])
+            CHECK(dchan_handle_destroy(sh[c]));
+        if (wch[c])
+            CHECK(dchan_handle_destroy(wch[c]));
+        free(me == 1 ? sbuf[c] : rbuf[c]);
+    }
+    CHECK(dchan_finalize(ctx));
+}
+
 int main(int argc, char **argv)
 {
     const char *test = argc == 3 && strcmp(argv[1], "--test") == 0 ? argv[2] : "";
@@ -719,12 +899,14 @@ int main(int argc, char **argv)
         setenv("DCHAN_SHM_RING_SLOTS", "64", 1);
         setenv("DCHAN_DRAIN_TIMEOUT_MS", "2000", 1);
         test_hostile();
+    } else if (strcmp(test, "word") == 0) {
+        test_word();
     } else if (strcmp(test, "alloc") == 0) {
         /* A small segment, so that exhausting it is quick. */
         setenv("DCHAN_SHM_SEGMENT_SIZE", "33554432", 1);
         test_alloc();
     } else {
-        fprintf(stderr, "usage: shm_targeted --test jobs|alloc|hostile\n");
+        fprintf(stderr, "usage: shm_targeted --test jobs|alloc|hostile|word\n");
         MPI_Finalize();
         return 2;
     }
