@@ -296,21 +296,29 @@ bool dchan_core_arrival_id(struct dchan_prov *p, uint32_t id, uint32_t gen, int 
     return true;
 }
 
-bool dchan_core_signal_id(struct dchan_prov *p, uint32_t id, uint32_t slot, uint64_t value)
+bool dchan_core_signal_id(struct dchan_prov *p, uint32_t id, uint32_t slot, uint64_t value,
+                          const void *data, size_t len)
 {
     dchan_handle_t *h = dchan_ctx_recv_handle(p->ctx, id);
     if (!h || h->role != DCHAN_ROLE_RECV || h->prov != p || !scanned(h->detect) ||
         slot >= h->depth)
         return false;
+    /* The body before the word: all of it but the tail, or all of it. */
+    size_t body = h->detect == DCHAN_DETECT_SENTINEL ? h->size - 8 : h->size;
+    if (data && len != body) {
+        dchan_core_handle_error(h, DCHAN_ERR_SIZE);
+        return true;
+    }
     /* A failed handle takes nothing; a slot the application still holds
      * is an overrun, as a second EVENT arrival would be, and its data
      * stays as it was. */
     if (h->error || dchan_core_recv_writable(h, slot) != DCHAN_SUCCESS)
         return true;
-    uint64_t *word = h->detect == DCHAN_DETECT_FLAG
-                         ? h->seq_word
-                         : (uint64_t *)((char *)h->buf + (size_t)slot * h->size + h->size - 8);
-    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    char *at = (char *)h->buf + (size_t)slot * h->size;
+    if (data)
+        copy_small((unsigned char *)at, data, len);
+    __atomic_store_n(h->detect == DCHAN_DETECT_FLAG ? h->seq_word : (uint64_t *)(at + body),
+                     value, __ATOMIC_RELEASE);
     return true;
 }
 

@@ -382,11 +382,16 @@ bool dchan_core_arrival_id_hint(struct dchan_prov *p, uint32_t id, const void *d
  * sender had stored it. For providers whose own write of that word is a
  * copy another process can see half done (Cross Memory Attach: the
  * kernel's byte copy can be preempted), which would show a word that is
- * neither the sentinel nor the tail. Nothing is stored on a handle in
- * error, nor in a slot the application still holds (DCHAN_ERR_OVERRUN is
- * raised on the handle instead). False when id names no live SENTINEL or
- * FLAG receive handle of p, or slot is not one of its slots. */
-bool dchan_core_signal_id(struct dchan_prov *p, uint32_t id, uint32_t slot, uint64_t value);
+ * neither the sentinel nor the tail. data, len: when data is not NULL,
+ * the body carried with the notice (all of the slot but its tail, or all
+ * of it for FLAG), copied into the slot first; any other len is
+ * DCHAN_ERR_SIZE on the handle, and nothing is written. Nothing is
+ * stored on a handle in error, nor in a slot the application still holds
+ * (DCHAN_ERR_OVERRUN is raised on the handle instead). False when id
+ * names no live SENTINEL or FLAG receive handle of p, or slot is not one
+ * of its slots. */
+bool dchan_core_signal_id(struct dchan_prov *p, uint32_t id, uint32_t slot, uint64_t value,
+                          const void *data, size_t len);
 /* Sender: the put in flight completed locally (rc 0) or failed (rc < 0). */
 void dchan_core_put_done(dchan_handle_t *h, int rc);
 /* Receiver: may data be written into slot of r now? For providers that

@@ -25,7 +25,8 @@
  * its core; a SENTINEL tail seen so would run the callback on a wrong
  * last word. EVENT signals with its ring record as always; SENTINEL and
  * FLAG send the word in a ring record, and the receiver stores it itself
- * (struct shm_word).
+ * (struct shm_word). A body of up to 32 bytes rides in that record too,
+ * as EVENT's of up to 48 do in theirs: no system call at all.
  *
  * Safety: peers validate a segment's size, owner, mode, seals and header
  * (job key, rank, pid) before trusting it; offsets read from wires are
@@ -743,10 +744,15 @@ static void __attribute__((noinline)) record_take_rare(struct dchan_prov *p, str
                                                        const struct shm_slot *sl, uint32_t id,
                                                        uint32_t len)
 {
-    if (len == SHM_LEN_WORD) {
+    if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD) {
+        /* n past what a record holds is a length no handle has: the core
+         * raises DCHAN_ERR_SIZE on the one named and reads nothing. */
         const struct shm_word *w = (const struct shm_word *)sl->data;
+        size_t n = len & SHM_WORD_LEN_MASK;
         if (!id || !dchan_core_signal_id(p, id, __atomic_load_n(&w->slot, __ATOMIC_RELAXED),
-                                         __atomic_load_n(&w->value, __ATOMIC_RELAXED)))
+                                         __atomic_load_n(&w->value, __ATOMIC_RELAXED),
+                                         n ? sl->data + SHM_WORD_BODY_AT : NULL,
+                                         n <= SHM_WORD_INLINE ? n : SIZE_MAX))
             ring_drop(p, r);
         return;
     }
@@ -1136,11 +1142,11 @@ static int put_failed(dchan_handle_t *h, int rc)
 }
 
 /* SENTINEL or FLAG into a receiver's buffer or word outside its segment:
- * the body by Cross Memory Attach, then a record with the signalling word
- * (the tail, or the sequence value), which the receiver stores in one
- * aligned store; written here by the kernel's byte copy, it could be seen
- * half done. The position is claimed first, so that a full ring costs
- * nothing written. */
+ * the body by Cross Memory Attach, or in the record when it is small,
+ * then the signalling word (the tail, or the sequence value) in a record,
+ * which the receiver stores in one aligned store; written here by the
+ * kernel's byte copy, it could be seen half done. The position is claimed
+ * first, so that a full ring costs nothing written. */
 static int put_word(dchan_handle_t *h, const struct dchan_put_desc *d)
 {
     struct shm_sh *sh = d->priv;
@@ -1154,16 +1160,25 @@ static int put_word(dchan_handle_t *h, const struct dchan_put_desc *d)
         dchan_gather_copy(d, body, d->size, &value);
     else if (d->detect == DCHAN_DETECT_SENTINEL)
         memcpy(&value, (const char *)d->src + body, 8);
-    rc = d->iov ? write_gather(sh, d, 0, body) : write_body(sh, d->offset, d->src, body);
-    if (rc != DCHAN_SUCCESS) {
-        ring_publish(sl, pos, 0, 0);
-        return put_failed(h, rc);
+    uint32_t len = SHM_LEN_WORD;
+    if (body <= SHM_WORD_INLINE && (d->src || d->iov)) {
+        if (d->iov)
+            dchan_gather_copy(d, 0, body, sl->data + SHM_WORD_BODY_AT);
+        else
+            copy_mapped((char *)sl->data + SHM_WORD_BODY_AT, d->src, body);
+        len |= (uint32_t)body;
+    } else {
+        rc = d->iov ? write_gather(sh, d, 0, body) : write_body(sh, d->offset, d->src, body);
+        if (rc != DCHAN_SUCCESS) {
+            ring_publish(sl, pos, 0, 0);
+            return put_failed(h, rc);
+        }
     }
     struct shm_word *w = (struct shm_word *)sl->data;
     w->value = value;
     w->slot = d->slot;
     w->unused = 0;
-    ring_publish(sl, pos, d->remote_id, SHM_LEN_WORD);
+    ring_publish(sl, pos, d->remote_id, len);
     wake_peer(sh->peer);
     return DCHAN_PROV_PUT_DONE;
 }
@@ -1175,9 +1190,13 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
     int rc = DCHAN_SUCCESS;
 
     /* The signalling word of a receiver outside the segment goes in a
-     * record, which the receiver stores (struct shm_word). */
+     * record, which the receiver stores (struct shm_word); so does a
+     * small FLAG message into such a buffer, which then costs no system
+     * call. */
     if (d->detect != DCHAN_DETECT_EVENT && !sh->local &&
-        (d->detect == DCHAN_DETECT_SENTINEL ? !sh->dst : !sh->seq_dst))
+        (d->detect == DCHAN_DETECT_SENTINEL
+             ? !sh->dst
+             : !sh->seq_dst || (!sh->dst && d->size <= SHM_WORD_INLINE && (d->src || d->iov))))
         return put_word(h, d);
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {

@@ -50,20 +50,27 @@ struct shm_hint {
 };
 _Static_assert(SHM_HINT_AT + sizeof(struct shm_hint) <= SHM_INLINE_BYTES, "hint in the record");
 
-/* A record with len exactly SHM_LEN_WORD carries the word that signals an
+/* A record whose len is SHM_LEN_WORD | n carries the word that signals an
  * arrival on a SENTINEL or FLAG handle whose buffer (or sequence word)
- * lies outside the segment. The producer wrote the body with Cross Memory
+ * lies outside the segment. The producer would write it with Cross Memory
  * Attach, whose copy the kernel makes byte by byte and may be preempted
  * in: its write of the signalling word could be seen half done, a word
  * that is neither the sentinel nor the tail. The consumer stores the word
- * instead, in one aligned store. */
+ * instead, in one aligned store. The n (at most SHM_WORD_INLINE) bytes at
+ * data + SHM_WORD_BODY_AT are the body of a small message (all of it but
+ * the tail for SENTINEL, all of it for FLAG), which the consumer copies in
+ * first, as it does EVENT's; 0: the body is in the buffer already. */
 #define SHM_LEN_WORD 0x40000000u
+#define SHM_WORD_BODY_AT 16u
+#define SHM_WORD_INLINE (SHM_INLINE_BYTES - SHM_WORD_BODY_AT)
+#define SHM_WORD_LEN_MASK 63u /* the bits of n in len */
 struct shm_word {
     uint64_t value; /* the tail, or the sequence value */
-    uint32_t slot;  /* the slot whose tail it is (SENTINEL) */
+    uint32_t slot;  /* the slot it signals */
     uint32_t unused;
 };
-_Static_assert(sizeof(struct shm_word) <= SHM_HINT_AT, "word before any hint");
+_Static_assert(sizeof(struct shm_word) <= SHM_WORD_BODY_AT, "word before the body");
+_Static_assert(SHM_WORD_INLINE <= SHM_WORD_LEN_MASK, "n fits its bits");
 
 /* At offset 0 of every segment; written by its owner before peers map it.
  * Every peer of the host can write it too: nobody trusts what it reads

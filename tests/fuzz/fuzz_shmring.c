@@ -194,24 +194,33 @@ static void fail(struct fh *f, int rc)
 
 static uint64_t get_le(const unsigned char *b, int n);
 
-/* A record with a signalling word: the core stores it (the tail, or the
+/* A record with a signalling word (len SHM_LEN_WORD | n): the core copies
+ * the n bytes of inline body, which must be the body's size (all but the
+ * tail for SENTINEL, all for FLAG), then stores the word (the tail, or the
  * FLAG word) where the scan after the consumer finds it; a handle that
  * failed takes nothing, one whose data the application holds fails with
  * DCHAN_ERR_OVERRUN. */
-static bool model_word(int c, uint32_t id, const unsigned char *data)
+static bool model_word(int c, uint32_t id, uint32_t n, const unsigned char *data)
 {
     struct fh *f = id ? lookup(c, id) : NULL;
     uint64_t value = get_le(data, 8);
     if (!f || modes[c] == DCHAN_DETECT_EVENT || get_le(data + 8, 4) != 0)
         return false; /* depth 1 here: slot 0 only */
+    size_t body = modes[c] == DCHAN_DETECT_SENTINEL ? f->size - 8 : f->size;
+    if (n && (n > SHM_WORD_INLINE || n != body)) {
+        if (f->state != FAILED)
+            fail(f, DCHAN_ERR_SIZE);
+        return true;
+    }
     if (f->state == FAILED)
         return true;
     if (f->state == ARRIVED) {
         fail(f, DCHAN_ERR_OVERRUN);
         return true;
     }
+    memcpy(f->expect, data + SHM_WORD_BODY_AT, n);
     if (modes[c] == DCHAN_DETECT_SENTINEL)
-        memcpy(f->expect + f->size - 8, &value, 8);
+        memcpy(f->expect + body, &value, 8);
     else
         f->word = value;
     return true;
@@ -245,8 +254,8 @@ static void model_scan(int c, struct fh *f)
 /* What one complete record must do; false when it is dropped. */
 static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
 {
-    if (len == SHM_LEN_WORD)
-        return model_word(c, id, data);
+    if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD)
+        return model_word(c, id, len & SHM_WORD_LEN_MASK, data);
     /* A credit hint rides along: no send handle here has a credit word,
      * so it changes nothing, and the length is the rest. */
     len &= ~SHM_LEN_HINT;
@@ -363,7 +372,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 w.value = oob;
             else if (b[3] % 4 == 1)
                 w.value = named->seq + 1;
-            sl->len = SHM_LEN_WORD;
+            /* No body, the body's size, or any length. */
+            size_t body = modes[c] == DCHAN_DETECT_SENTINEL ? named->size - 8 : named->size;
+            sl->len = SHM_LEN_WORD | (b[3] & 0x30 ? 0 : b[3] & 0x40 ? (uint32_t)body : raw >> 26);
+            if ((sl->len & SHM_WORD_LEN_MASK) != (sl->len & ~SHM_LEN_WORD))
+                sl->len = SHM_LEN_WORD; /* a body too large for its bits: none */
             memcpy(sl->data, &w, sizeof w);
         }
     }

@@ -38,9 +38,12 @@
  *                 both meet in an MPI barrier, which runs no dchan progress:
  *                 rank 0 finds every body in place and every tail still the
  *                 sentinel, then at its progress the arrivals, whole and in
- *                 order. Forged word records (a slot past the depth, a
- *                 destroyed handle, id 0, unknown flags) are dropped without
- *                 a byte written, and the channels go on.
+ *                 order; a body of up to 32 bytes rides in the record too.
+ *                 Forged word records (a slot past the depth, a destroyed
+ *                 handle, id 0, unknown flags) are dropped without a byte
+ *                 written, and the channels go on; ones with an inline
+ *                 length that is not the body's fail that channel alone
+ *                 (DCHAN_ERR_SIZE, its data as it was).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -719,15 +722,40 @@ static void test_hostile(void)
 
 /* ---- --test word ------------------------------------------------------------------- */
 
-enum { W_SMALL, W_BIG, W_DEPTH, W_GATHER, NW };
-static const size_t w_size[NW] = {8, 4104, 64, 1024};
-static const int w_depth[NW] = {1, 1, 4, 1};
+/* Bodies of up to SHM_WORD_INLINE bytes ride in the record with the tail
+ * (W_TINY, W_GTINY): those are not in the buffer before the receiver's
+ * progress either. */
+enum { W_SMALL, W_BIG, W_DEPTH, W_GATHER, W_TINY, W_GTINY, NW };
+static const size_t w_size[NW] = {8, 4104, 64, 1024, SHM_WORD_INLINE + 8, 24};
+static const int w_depth[NW] = {1, 1, 4, 1, 2, 1};
 static dchan_handle_t *wch[NW];
 static long w_arrivals[NW];
+/* Victims of forged inline lengths: 5 bytes for a body of 32, and 63,
+ * more than a record holds, for a body of 40. */
+static const size_t v_size[2] = {SHM_WORD_INLINE + 8, 48};
+static const uint32_t v_len[2] = {5, SHM_WORD_LEN_MASK};
+static dchan_handle_t *vch[2];
+static long v_arrivals[2], v_errors[2];
+static int v_rc[2];
 
 static void on_w_arrival(dchan_handle_t *h, void *arg)
 {
-    w_arrivals[(intptr_t)arg]++;
+    intptr_t c = (intptr_t)arg;
+    if (c >= NW)
+        v_arrivals[c - NW]++;
+    else
+        w_arrivals[c]++;
+}
+
+static void on_w_error(dchan_handle_t *h, int rc, void *arg)
+{
+    for (int i = 0; i < 2; i++)
+        if (h == vch[i]) {
+            v_errors[i]++;
+            v_rc[i] = rc;
+            return;
+        }
+    die("error on a channel that should work: %s", dchan_strerror(rc));
 }
 
 /* Rank 1: a record with a signalling word (shm_ring.h), forged. */
@@ -773,8 +801,16 @@ static void word_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sb
                         c, k, iter, (unsigned long long)tail);
                 if (w_arrivals[c] != (iter - 1) * w_depth[c])
                     die("channel %d: %ld arrivals before round %ld", c, w_arrivals[c], iter);
-                mpt_verify_when = " (the body, before the tail)";
-                verify(slot, w_size[c] - 8, 1, c, iter * 64 + k);
+                if (w_size[c] - 8 > SHM_WORD_INLINE) {
+                    mpt_verify_when = " (the body, before the tail)";
+                    verify(slot, w_size[c] - 8, 1, c, iter * 64 + k);
+                } else if (iter == 1) {
+                    mpt_verify_when = " (an inline body, before the receiver's progress)";
+                    verify(slot, w_size[c] - 8, 0, c, 0);
+                } else {
+                    mpt_verify_when = " (an inline body, before the receiver's progress)";
+                    verify(slot, w_size[c] - 8, 1, c, (iter - 1) * 64 + k);
+                }
             }
         for (int c = 0; c < NW; c++) {
             unsigned long long t0 = now_ns();
@@ -808,6 +844,7 @@ static void test_word(void)
     dchan_attr_t a;
     dchan_ctx_t *ctx;
     dchan_attr_init(&a);
+    a.error_fn = on_w_error;
     CHECK(dchan_init(&a, &ctx));
     me = dchan_rank(ctx);
     nranks = dchan_nranks(ctx);
@@ -816,9 +853,9 @@ static void test_word(void)
     if (strcmp(dchan_provider_name(ctx), "shm") != 0)
         die("provider %s, not shm", dchan_provider_name(ctx));
 
-    unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0};
+    unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0}, *vbuf[2] = {0};
     dchan_handle_t *sh[NW] = {0};
-    dchan_wire_t w[NW + 1];
+    dchan_wire_t w[NW + 3]; /* the channels, a destroyed one, the victims */
     if (me == 0) {
         for (int c = 0; c < NW; c++) {
             dchan_handle_attr_t ha;
@@ -827,7 +864,8 @@ static void test_word(void)
             ha.credit = w_depth[c] > 1;
             /* On the heap, with a guard of one more slot behind it. */
             rbuf[c] = xalloc((size_t)(w_depth[c] + 1) * w_size[c]);
-            fill(rbuf[c] + (size_t)w_depth[c] * w_size[c], w_size[c], 0, c, 0);
+            for (int k = 0; k <= w_depth[c]; k++)
+                fill(rbuf[c] + (size_t)k * w_size[c], w_size[c], 0, c, 0);
             CHECK(dchan_create_handle_attr(ctx, 1, rbuf[c], w_size[c], OOB, on_w_arrival,
                                            (void *)(intptr_t)c, &ha, &wch[c]));
             if (dchan_handle_detect(wch[c]) != DCHAN_DETECT_SENTINEL)
@@ -840,18 +878,26 @@ static void test_word(void)
         CHECK(dchan_create_handle(ctx, 1, rbuf[W_SMALL], 8, OOB, on_w_arrival, NULL, &x));
         CHECK(dchan_handle_export(x, &w[NW]));
         CHECK(dchan_handle_destroy(x));
+        for (int i = 0; i < 2; i++) {
+            vbuf[i] = xalloc(v_size[i]);
+            fill(vbuf[i], v_size[i], 0, NW + i, 0);
+            CHECK(dchan_create_handle(ctx, 1, vbuf[i], v_size[i], OOB, on_w_arrival,
+                                      (void *)(intptr_t)(NW + i), &vch[i]));
+            CHECK(dchan_handle_export(vch[i], &w[NW + 1 + i]));
+        }
     }
     MPI_Bcast(w, (int)sizeof w, MPI_BYTE, 0, MPI_COMM_WORLD);
     if (me == 1) {
         for (int c = 0; c < NW; c++) {
             sbuf[c] = xalloc(w_size[c]);
-            if (c != W_GATHER) {
+            if (c != W_GATHER && c != W_GTINY) {
                 CHECK(dchan_assoc_local(ctx, &w[c], sbuf[c], w_size[c], &sh[c]));
                 continue;
             }
-            /* The tail straddles the last two pieces: 1000, 20 and 4 bytes,
-             * gathered from one buffer in order. */
-            dchan_iov_t iov[3] = {{sbuf[c], 1000}, {sbuf[c] + 1000, 20}, {sbuf[c] + 1020, 4}};
+            /* The tail straddles the last two pieces (1000, 20 and 4 bytes;
+             * 10, 10 and 4), gathered from one buffer in order. */
+            size_t n1 = c == W_GATHER ? 1000 : 10, n2 = c == W_GATHER ? 20 : 10;
+            dchan_iov_t iov[3] = {{sbuf[c], n1}, {sbuf[c] + n1, n2}, {sbuf[c] + n1 + n2, 4}};
             CHECK(dchan_assoc_local_iov(ctx, &w[c], iov, 3, &sh[c]));
         }
         peer_slots = __atomic_load_n(&segment_of(&w[0], 0)->ring_slots, __ATOMIC_RELAXED);
@@ -869,11 +915,26 @@ static void test_word(void)
         word_record(hdr, wire_id(&w[NW]), SHM_LEN_WORD, 0, v);       /* destroyed */
         word_record(hdr, 0, SHM_LEN_WORD, 0, v);                     /* no handle */
         word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | SHM_LEN_HINT, 0, v);
-        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | 8, 0, v);
+        word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | SHM_LEN_HINT | 8, 0, v);
+        for (int i = 0; i < 2; i++)
+            word_record(hdr, wire_id(&w[NW + 1 + i]), SHM_LEN_WORD | v_len[i], 0, v);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     for (long it = 51; it <= 60; it++)
         word_round(ctx, sh, sbuf, rbuf, it);
+    if (me == 0)
+        for (int i = 0; i < 2; i++) {
+            if (v_errors[i] != 1 || v_rc[i] != DCHAN_ERR_SIZE || v_arrivals[i])
+                die("victim %d: %ld errors (%s), %ld arrivals; expected one DCHAN_ERR_SIZE", i,
+                    v_errors[i], dchan_strerror(v_rc[i]), v_arrivals[i]);
+            uint64_t tail;
+            memcpy(&tail, vbuf[i] + v_size[i] - 8, 8);
+            if (tail != OOB)
+                die("victim %d: its tail changed", i);
+            mpt_verify_when = " (a victim's body)";
+            verify(vbuf[i], v_size[i] - 8, 0, NW + i, 0);
+            EXPECT(dchan_ready(vch[i]), DCHAN_ERR_SIZE);
+        }
 
     CHECK(dchan_barrier(ctx));
     for (int c = 0; c < NW; c++) {
@@ -882,6 +943,11 @@ static void test_word(void)
         if (wch[c])
             CHECK(dchan_handle_destroy(wch[c]));
         free(me == 1 ? sbuf[c] : rbuf[c]);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (vch[i])
+            CHECK(dchan_handle_destroy(vch[i]));
+        free(vbuf[i]);
     }
     CHECK(dchan_finalize(ctx));
 }
