@@ -356,17 +356,28 @@ static struct shm_hdr *segment_of(const dchan_wire_t *w, int r)
  * scribbled over. */
 static uint64_t peer_slots;
 
-static void bad_record(struct shm_hdr *hdr, uint32_t id, uint32_t len)
+/* Append one record as a producer would: claim a position (waiting while
+ * the ring is full: rank 0 consumes while it waits for the good
+ * channels), write id, len and the data area (0xee, then data[0, n)), and
+ * publish it. */
+static void put_record(struct shm_hdr *hdr, uint32_t id, uint32_t len, const void *data, size_t n)
 {
     struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
     uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
     while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
-        sched_yield(); /* full: rank 0 consumes while it waits for the good channels */
+        sched_yield();
     struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
     sl->id = id;
     sl->len = len;
     memset(sl->data, 0xee, sizeof sl->data);
+    if (n)
+        memcpy(sl->data, data, n);
     __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+}
+
+static void bad_record(struct shm_hdr *hdr, uint32_t id, uint32_t len)
+{
+    put_record(hdr, id, len, NULL, 0);
 }
 
 /* Rank 1: as bad_record, a record of id with 8 bytes of payload inline
@@ -374,18 +385,12 @@ static void bad_record(struct shm_hdr *hdr, uint32_t id, uint32_t len)
 static void hint_record(struct shm_hdr *hdr, uint32_t id, uint64_t payload, uint32_t index,
                         uint64_t value)
 {
-    struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
-    uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
-    while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
-        sched_yield();
-    struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
+    unsigned char data[SHM_INLINE_BYTES];
     struct shm_hint hint = {.value = value, .index = index};
-    sl->id = id;
-    sl->len = 8 | SHM_LEN_HINT;
-    memset(sl->data, 0xee, sizeof sl->data);
-    memcpy(sl->data, &payload, 8);
-    memcpy(sl->data + SHM_HINT_AT, &hint, sizeof hint);
-    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+    memset(data, 0xee, sizeof data);
+    memcpy(data, &payload, 8);
+    memcpy(data + SHM_HINT_AT, &hint, sizeof hint);
+    put_record(hdr, id, 8 | SHM_LEN_HINT, data, sizeof data);
 }
 
 static long hint_arrivals;
@@ -542,19 +547,26 @@ static void good_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sb
     CHECK(dchan_barrier(ctx));
 }
 
-static void test_hostile(void)
+/* A context of two ranks on shm, errors to on_error. */
+static dchan_ctx_t *pair_init(const char *test, dchan_error_fn on_error)
 {
     dchan_attr_t a;
     dchan_ctx_t *ctx;
     dchan_attr_init(&a);
-    a.error_fn = on_ch_error;
+    a.error_fn = on_error;
     CHECK(dchan_init(&a, &ctx));
     me = dchan_rank(ctx);
     nranks = dchan_nranks(ctx);
     if (nranks != 2)
-        die("--test hostile needs 2 ranks");
+        die("--test %s needs 2 ranks", test);
     if (strcmp(dchan_provider_name(ctx), "shm") != 0)
         die("provider %s, not shm", dchan_provider_name(ctx));
+    return ctx;
+}
+
+static void test_hostile(void)
+{
+    dchan_ctx_t *ctx = pair_init("hostile", on_ch_error);
 
     unsigned char *rbuf[NCH + 1] = {0}, *sbuf[NCH + 1] = {0};
     dchan_handle_t *sh[NCH + 1] = {0};
@@ -762,17 +774,8 @@ static void on_w_error(dchan_handle_t *h, int rc, void *arg)
 static void word_record(struct shm_hdr *hdr, uint32_t id, uint32_t len, uint32_t slot,
                         uint64_t value)
 {
-    struct shm_slot *ring = (struct shm_slot *)((char *)hdr + SHM_HDR_BYTES);
-    uint64_t pos = __atomic_fetch_add(&hdr->ring_tail, 1, __ATOMIC_ACQ_REL);
-    while (pos - __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE) >= peer_slots)
-        sched_yield();
-    struct shm_slot *sl = &ring[pos & (peer_slots - 1)];
     struct shm_word w = {.value = value, .slot = slot};
-    sl->id = id;
-    sl->len = len;
-    memset(sl->data, 0xee, sizeof sl->data);
-    memcpy(sl->data, &w, sizeof w);
-    __atomic_store_n(&sl->seq, pos + 1, __ATOMIC_RELEASE);
+    put_record(hdr, id, len, &w, sizeof w);
 }
 
 /* One round: rank 1 puts every slot of every channel; rank 0 checks, with
@@ -841,17 +844,7 @@ static void word_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sb
 
 static void test_word(void)
 {
-    dchan_attr_t a;
-    dchan_ctx_t *ctx;
-    dchan_attr_init(&a);
-    a.error_fn = on_w_error;
-    CHECK(dchan_init(&a, &ctx));
-    me = dchan_rank(ctx);
-    nranks = dchan_nranks(ctx);
-    if (nranks != 2)
-        die("--test word needs 2 ranks");
-    if (strcmp(dchan_provider_name(ctx), "shm") != 0)
-        die("provider %s, not shm", dchan_provider_name(ctx));
+    dchan_ctx_t *ctx = pair_init("word", on_w_error);
 
     unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0}, *vbuf[2] = {0};
     dchan_handle_t *sh[NW] = {0};
