@@ -1211,6 +1211,7 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         }
         if (rc != DCHAN_SUCCESS)
             break;
+        /* Mapped here, or in this very process (put_word took the rest). */
         __atomic_store_n((uint64_t *)(sh->dst ? sh->dst + at : (char *)(uintptr_t)sh->dst_va + at),
                          tail, __ATOMIC_RELEASE);
         break;

@@ -2,10 +2,10 @@
 /*
  * libFuzzer target for the shm provider's ring consumer: any input becomes
  * a ring of records (seq, id, len, inline data, credit hints, signalling
- * words) as a faulty peer could write them, consumed by dchan_shm_ring_consume on the shm
- * provider of a live singleton context, one per detection mode, each with
- * receive handles of sizes around the inline limit, in the segment and on
- * the heap.
+ * words) as a faulty peer could write them, consumed by
+ * dchan_shm_ring_consume on the shm provider of a live singleton context,
+ * one per detection mode, each with receive handles of sizes around the
+ * inline limit, in the segment and on the heap.
  * Ids are mostly those of live handles (or near them), so that records
  * reach the core. A small model says what each record must do (arrival,
  * DCHAN_ERR_SIZE, DCHAN_ERR_OVERRUN, dropped, or stop at a seq that is not
@@ -192,7 +192,13 @@ static void fail(struct fh *f, int rc)
     f->rc = rc;
 }
 
-static uint64_t get_le(const unsigned char *b, int n);
+static uint64_t get_le(const unsigned char *b, int n)
+{
+    uint64_t v = 0;
+    for (int i = n; i-- > 0;)
+        v = v << 8 | b[i];
+    return v;
+}
 
 /* A record with a signalling word (len SHM_LEN_WORD | n): the core copies
  * the n bytes of inline body, which must be the body's size (all but the
@@ -280,14 +286,6 @@ static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
         memcpy(f->expect, data, len);
     f->state = ARRIVED;
     return true;
-}
-
-static uint64_t get_le(const unsigned char *b, int n)
-{
-    uint64_t v = 0;
-    for (int i = n; i-- > 0;)
-        v = v << 8 | b[i];
-    return v;
 }
 
 static void check_segments(void)

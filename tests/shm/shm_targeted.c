@@ -804,16 +804,18 @@ static void word_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sb
                         c, k, iter, (unsigned long long)tail);
                 if (w_arrivals[c] != (iter - 1) * w_depth[c])
                     die("channel %d: %ld arrivals before round %ld", c, w_arrivals[c], iter);
-                if (w_size[c] - 8 > SHM_WORD_INLINE) {
-                    mpt_verify_when = " (the body, before the tail)";
-                    verify(slot, w_size[c] - 8, 1, c, iter * 64 + k);
-                } else if (iter == 1) {
+                /* A body by Cross Memory Attach is this round's; an inline
+                 * one is still the last round's (the initial fill in the
+                 * first). */
+                int from = 1;
+                long it = iter * 64 + k;
+                mpt_verify_when = " (the body, before the tail)";
+                if (w_size[c] - 8 <= SHM_WORD_INLINE) {
+                    from = iter == 1 ? 0 : 1;
+                    it = iter == 1 ? 0 : (iter - 1) * 64 + k;
                     mpt_verify_when = " (an inline body, before the receiver's progress)";
-                    verify(slot, w_size[c] - 8, 0, c, 0);
-                } else {
-                    mpt_verify_when = " (an inline body, before the receiver's progress)";
-                    verify(slot, w_size[c] - 8, 1, c, (iter - 1) * 64 + k);
                 }
+                verify(slot, w_size[c] - 8, from, c, it);
             }
         for (int c = 0; c < NW; c++) {
             unsigned long long t0 = now_ns();
