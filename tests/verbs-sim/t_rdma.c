@@ -16,6 +16,8 @@
  *   vsim_rdma channel    completion channels across processes
  *   vsim_rdma srq        one SRQ and one CQ shared by two connections
  *   vsim_rdma twonode    two simulated hosts (different LIDs / GIDs)
+ *   vsim_rdma wholeword  the final aligned word of a WRITE is stored by the
+ *                        responder's process, not copied by the kernel
  *
  * Parent = requester, child = responder, unless said otherwise.
  */
@@ -30,7 +32,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1223,6 +1228,202 @@ static int twonode_child(int fd, void *arg)
 	return 0;
 }
 
+/* ---- wholeword: the final word comes from the responder's process ------- */
+
+/*
+ * The kernel's byte copy (process_vm_writev) can be seen half done in an
+ * aligned word; the simulation promises what an HCA does, an aligned word
+ * written whole, for the word a poller reads: the last one of a WRITE, which
+ * the responder's own process stores. To tell who stored it, the responder
+ * puts that word in memfd_secret() memory: its own loads and stores work
+ * there, but no process_vm_writev can reach it (EFAULT). The body of every
+ * message lies in the ordinary page before it. A simulation that copied the
+ * final word by CMA fails each case (an error completion, or in "delayed" a
+ * placement dropped); no timing is involved.
+ */
+
+struct ww_region {
+	uint64_t addr;            /* the ordinary page; the secret one follows */
+	uint32_t rkey;
+	uint32_t ok;              /* 0: no memfd_secret here, nothing checked */
+};
+
+/* One case: 'len' bytes ending at the start of the secret page + 'end', from
+ * up to two SGEs (the second 'split' bytes long), inline or not. */
+struct ww_case {
+	enum ibv_wr_opcode op;
+	size_t len, split;
+	size_t end;
+	int is_inline;
+	const char *what;
+};
+
+static const struct ww_case ww_cases[] = {
+	{ IBV_WR_RDMA_WRITE, 64, 0, 8, 0, "64-byte WRITE" },
+	{ IBV_WR_RDMA_WRITE_WITH_IMM, 4104, 0, 8, 0, "4104-byte WRITE WITH IMM" },
+	{ IBV_WR_RDMA_WRITE, 8, 0, 24, 0, "8-byte WRITE (a flag)" },
+	{ IBV_WR_RDMA_WRITE, 66, 5, 8, 0, "2-SGE WRITE, final word across the SGEs" },
+	{ IBV_WR_RDMA_WRITE, 24, 0, 8, 1, "inline WRITE" },
+	{ IBV_WR_RDMA_WRITE_WITH_IMM, 8, 0, 40, 0, "8-byte WRITE WITH IMM" },
+};
+#define WW_N (sizeof(ww_cases) / sizeof(ww_cases[0]))
+
+static int wholeword_parent(int fd, pid_t child, void *arg)
+{
+	struct side s = { 0 };
+	struct ww_region r;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint32_t k;
+	int rc = setup(&s, fd, 16000, ALL_ACCESS);
+
+	(void)child, (void)arg;
+	if (rc)
+		return rc;
+	T_CHECK(t_recv(fd, &r, sizeof(r)) == 0, "region");
+	if (!r.ok) {
+		/* vsim-run.sh reports the test skipped, naming why. */
+		t_log("SKIP: memfd_secret is not usable here: the hand-off cannot be told "
+		      "from a copy");
+		teardown(&s);
+		return T_SKIP;
+	}
+	for (k = 1; k <= WW_N; k++) {
+		const struct ww_case *c = &ww_cases[k - 1];
+		uint64_t raddr = r.addr + (uint64_t)pg + c->end - c->len;
+		unsigned char *src = s.buf + 61;  /* not 8-aligned in the source */
+		struct ibv_sge sg[2];
+		struct ibv_send_wr w, *bad;
+
+		fill(src, k, c->len);
+		memset(&w, 0, sizeof(w));
+		w.wr_id = k;
+		w.opcode = c->op;
+		w.sg_list = sg;
+		w.num_sge = c->split ? 2 : 1;
+		w.send_flags = IBV_SEND_SIGNALED | (c->is_inline ? IBV_SEND_INLINE : 0);
+		w.imm_data = htonl(k);
+		w.wr.rdma.remote_addr = raddr;
+		w.wr.rdma.rkey = r.rkey;
+		sg[0].addr = (uintptr_t)src;
+		sg[0].length = (uint32_t)(c->len - c->split);
+		sg[0].lkey = s.mr->lkey;
+		if (c->split) {
+			/* The second SGE elsewhere, so the word is gathered. */
+			memcpy(s.buf + READ_OFF, src + c->len - c->split, c->split);
+			sg[1].addr = (uintptr_t)(s.buf + READ_OFF);
+			sg[1].length = (uint32_t)c->split;
+			sg[1].lkey = s.mr->lkey;
+		}
+		T_CHECK(ibv_post_send(s.ep.qp, &w, &bad) == 0, "post %s", c->what);
+		if (wait_ok(s.ep.scq, k, IBV_WC_RDMA_WRITE))
+			return 1;
+		T_CHECK(t_send_u32(fd, k) == 0 && t_recv_u32(fd) == k, "%s: the responder "
+			"did not find it in place", c->what);
+		t_log("%s, final word in memory CMA cannot write: ok", c->what);
+	}
+	T_CHECK(barrier(fd) == 0, "barrier");
+	teardown(&s);
+	return 0;
+}
+
+/* Two pages: an ordinary one, then one of memfd_secret() memory. */
+static unsigned char *ww_map(long pg)
+{
+	unsigned char *p, probe[8] = { 0 };
+	struct iovec l = { probe, 8 }, rv;
+	int sfd;
+
+	p = mmap(NULL, (size_t)(2 * pg), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+#ifdef SYS_memfd_secret
+	sfd = (int)syscall(SYS_memfd_secret, 0);
+#else
+	sfd = -1;
+	errno = ENOSYS;
+#endif
+	if (sfd < 0) {
+		t_log("memfd_secret: %s", strerror(errno));
+		goto fail;
+	}
+	if (ftruncate(sfd, pg) ||
+	    mmap(p + pg, (size_t)pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, sfd, 0) ==
+	    MAP_FAILED) {
+		t_log("memfd_secret memory: %s", strerror(errno));
+		close(sfd);
+		goto fail;
+	}
+	close(sfd);
+	/* The premise: the kernel's copy cannot reach it. */
+	rv.iov_base = p + pg;
+	rv.iov_len = 8;
+	if (process_vm_writev(getpid(), &l, 1, &rv, 1, 0) != -1 || errno != EFAULT) {
+		t_log("process_vm_writev reaches memfd_secret memory here");
+		goto fail;
+	}
+	return p;
+fail:
+	munmap(p, (size_t)(2 * pg));
+	return NULL;
+}
+
+static int wholeword_child(int fd, void *arg)
+{
+	struct side s = { 0 };
+	struct ww_region r = { 0, 0, 0 };
+	struct ibv_mr *mr = NULL;
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char *reg, want[4200];
+	uint32_t k;
+	int rc = setup(&s, fd, 17000, ALL_ACCESS), i;
+
+	(void)arg;
+	if (rc)
+		return rc;
+	for (i = 0; i < 8; i++)
+		T_CHECK(t_post_recv(s.ep.qp, 0, NULL, 0, 0) == 0, "post_recv");
+	reg = ww_map(pg);
+	if (reg) {
+		memset(reg, 0, (size_t)(2 * pg));
+		mr = ibv_reg_mr(s.ep.pd, reg, (size_t)(2 * pg), ALL_ACCESS);
+		T_CHECK(mr, "ibv_reg_mr: %s", strerror(errno));
+		r.addr = (uintptr_t)reg;
+		r.rkey = mr->rkey;
+		r.ok = 1;
+	}
+	T_CHECK(t_send(fd, &r, sizeof(r)) == 0, "region");
+	for (k = 1; r.ok && k <= WW_N; k++) {
+		const struct ww_case *c = &ww_cases[k - 1];
+		unsigned char *at = reg + pg + c->end - c->len;
+		struct ibv_wc wc;
+
+		fill(want, k, c->len);
+		T_CHECK(t_recv_u32(fd) == k, "the requester failed %s", c->what);
+		if (c->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			/* The data is all there at the completion. */
+			T_CHECK(t_wait_cqe(s.ep.rcq, &wc) == 0 && wc.status == IBV_WC_SUCCESS &&
+				ntohl(wc.imm_data) == k, "%s: receive completion", c->what);
+			T_CHECK(t_post_recv(s.ep.qp, 0, NULL, 0, 0) == 0, "repost");
+			T_CHECK(memcmp(at, want, c->len) == 0, "%s: wrong at the completion",
+				c->what);
+		} else {
+			/* Under "delayed" it lands after the send completion. */
+			T_CHECK(t_wait_bytes(at, want, c->len) == 0, "%s: never arrived whole",
+				c->what);
+		}
+		T_CHECK(t_send_u32(fd, k) == 0, "ack");
+	}
+	/* (A requester told there is no region skips the barrier.) */
+	T_CHECK(!r.ok || barrier(fd) == 0, "barrier");
+	if (mr)
+		ibv_dereg_mr(mr);
+	if (reg)
+		munmap(reg, (size_t)(2 * pg));
+	teardown(&s);
+	return r.ok ? 0 : T_SKIP;
+}
+
 /* ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -1255,7 +1456,9 @@ int main(int argc, char **argv)
 		return srq_test();
 	if (!strcmp(sc, "twonode"))
 		return t_fork2(twonode_parent, twonode_child, NULL);
-	fprintf(stderr, "usage: %s write|lastbyte|late|errors|peerdeath|channel|srq|twonode "
-		"[--expect broken|intact|late|ontime]\n", argv[0]);
+	if (!strcmp(sc, "wholeword"))
+		return t_fork2(wholeword_parent, wholeword_child, NULL);
+	fprintf(stderr, "usage: %s write|lastbyte|late|errors|peerdeath|channel|srq|twonode|"
+		"wholeword [--expect broken|intact|late|ontime]\n", argv[0]);
 	return 2;
 }

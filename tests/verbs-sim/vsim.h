@@ -16,6 +16,13 @@
  *                                            ->  registry lock
  * At most one QP shm lock is held at a time, so two executors working on
  * the two ends of a connection cannot deadlock.
+ *
+ * A requester hands the final word of an RDMA WRITE to the responder's
+ * process (struct vsim_mbox) and waits for it while holding ctx->lock and
+ * the responder QP's shm lock. Serving a mailbox (vsim_exec.c: svc_main,
+ * the context's own thread for it, and vsim_mbox_poll) takes no lock at
+ * all, so the wait cannot close a cycle, whatever the responder's other
+ * threads are blocked on.
  */
 #ifndef DCHAN_VSIM_H
 #define DCHAN_VSIM_H
@@ -95,12 +102,50 @@ struct vsim_owner {
 	uint64_t starttime;       /* guards against pid reuse */
 };
 
+/*
+ * One hand-off of the final aligned words of RDMA WRITEs (one, or those of
+ * a body and the flag after it) to the responder's process, which stores
+ * each whole, in order (see vsim_exec.c). 'word' is the futex
+ * word: a ticket, bumped by every claim, and the phase below; every change
+ * is a compare-and-swap on the exact (ticket, phase), so a party that gave
+ * up on an entry can never disturb its next use.
+ */
+enum {
+	VSIM_MB_FREE,             /* claimable */
+	VSIM_MB_CLAIMED,          /* a requester is filling it */
+	VSIM_MB_FULL,             /* waiting for the servicer */
+	VSIM_MB_BUSY,             /* the servicer is storing */
+	VSIM_MB_DONE,             /* stored (or refused: result); the requester frees it */
+	VSIM_MB_PHASE_BITS = 3,
+	VSIM_MBOX_SLOTS = 8,      /* hand-offs in flight towards one context */
+	VSIM_MB_WORDS = 8,        /* words in one hand-off, stored in order */
+};
+#define VSIM_MB_WORD(ticket, phase) (((uint32_t)(ticket) << VSIM_MB_PHASE_BITS) | (phase))
+#define VSIM_MB_TICKET(w) ((uint32_t)(w) >> VSIM_MB_PHASE_BITS)
+#define VSIM_MB_PHASE(w) ((uint32_t)(w) & ((1U << VSIM_MB_PHASE_BITS) - 1))
+
+struct vsim_mbox {
+	_Atomic uint32_t word;
+	_Atomic uint32_t gen;     /* the context generation it is meant for */
+	_Atomic uint32_t n;       /* words */
+	_Atomic int32_t result;   /* 0, or EFAULT: a page is not mapped */
+	_Atomic uint32_t sleeper; /* the requester sleeps on 'word': wake it */
+	_Atomic int32_t req_pid;  /* the requester, to reclaim a dead one's entry */
+	_Atomic uint64_t req_start;
+	_Atomic uint64_t addr[VSIM_MB_WORDS];   /* aligned addresses in the responder */
+	_Atomic uint64_t value[VSIM_MB_WORDS];
+};
+
 struct vsim_ctx_slot {
 	uint32_t used;
 	uint32_t gen;
 	struct vsim_owner owner;
 	_Atomic uint32_t doorbell;  /* futex word: wakes the context's executor */
-	uint32_t pad;
+	_Atomic uint32_t mbox_bell; /* futex word: wakes the mailbox servicer */
+	_Atomic uint32_t serving;   /* the mailbox servicer runs */
+	_Atomic uint32_t svc_asleep; /* ... and sleeps on mbox_bell: wake it */
+	_Atomic uint64_t handoffs;  /* words stored for requesters (debug) */
+	struct vsim_mbox mbox[VSIM_MBOX_SLOTS];
 };
 
 struct vsim_mr_slot {
@@ -265,6 +310,10 @@ struct vsim_context {
 	pthread_t exec;
 	int exec_started;
 	atomic_int stop;
+	pthread_t svc;                 /* serves the mailbox (hand-offs) */
+	int svc_started;
+	atomic_int svc_stop;
+	atomic_uint mbox_seen;         /* mailbox bell at the last vsim_mbox_poll */
 	uint64_t rng;
 	int placement;
 	struct vsim_context *next;     /* all open contexts of the process */
@@ -323,6 +372,22 @@ struct vsim_swqe {
 	uint8_t inl[VSIM_MAX_INLINE];
 };
 
+/*
+ * Final words of RDMA WRITEs for one responder, not stored yet, and the
+ * completions that must wait for them (vsim_exec.c).
+ */
+enum { VSIM_PEND_CQES = 2 * VSIM_MB_WORDS };
+struct vsim_words {
+	struct vsim_owner to;
+	uint32_t n, nbusy, ncqe;
+	uint64_t addr[VSIM_MB_WORDS];
+	uint64_t value[VSIM_MB_WORDS];
+	uint32_t busy[VSIM_MB_WORDS];  /* MR slots held busy until then */
+	struct vsim_cqe cqe[VSIM_PEND_CQES];
+	struct vsim_cq_shm *cq[VSIM_PEND_CQES];
+	struct vsim_qp_shm *recv_of[VSIM_PEND_CQES];  /* receive CQEs: the responder QP */
+};
+
 /* A delayed placement: acknowledged to the requester, not yet landed. */
 struct vsim_inflight {
 	struct vsim_inflight *next;
@@ -355,7 +420,7 @@ struct vsim_qp {
 	uint16_t pkey_index;
 	uint8_t timeout, retry_cnt, rnr_retry;
 	uint8_t max_rd_atomic, max_dest_rd_atomic;
-	uint32_t sq_psn;
+	uint32_t sq_psn;          /* the executor advances it: atomic accesses */
 	struct ibv_ah_attr ah;
 	/* The send queue: slots [retired, tail) are in use; [exec, tail) wait. */
 	pthread_mutex_t sq_lock;
@@ -370,6 +435,8 @@ struct vsim_qp {
 	uint32_t retries, rnr_retries;
 	/* Delayed placements, in posting order. */
 	struct vsim_inflight *fifo, *fifo_tail;
+	/* Final words placed in this executor pass and not stored yet. */
+	struct vsim_words pend;
 	/* The connected peer, mapped on first use. */
 	struct vsim_map peer;
 	struct vsim_map peer_rcq;
@@ -431,6 +498,10 @@ void vsim_cq_free(struct vsim_cq *q);
 int vsim_exec_start(struct vsim_context *ctx);
 void vsim_exec_stop(struct vsim_context *ctx);
 void vsim_exec_kick(struct vsim_context *ctx);
+void vsim_mbox_reset(struct vsim_ctx_slot *s);
+void vsim_mbox_poll(struct vsim_context *ctx);
+int vsim_svc_start(struct vsim_context *ctx);
+void vsim_svc_stop(struct vsim_context *ctx);
 void vsim_fifo_land_all(struct vsim_qp *qp);
 void vsim_send_cqe(struct vsim_qp *qp, const struct vsim_swqe *w, enum ibv_wc_status st,
 		   uint32_t vendor_err, int force);

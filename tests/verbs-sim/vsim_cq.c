@@ -333,6 +333,9 @@ int vsim_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	struct vsim_cq_shm *s = to_vcq(ibcq)->shm;
 	uint32_t k, i;
 
+	/* A thread of ours that polls serves our mailbox on the way: a
+	 * requester waiting for a final word needs no wake-up then. */
+	vsim_mbox_poll(to_vctx(ibcq->context));
 	if (atomic_load_explicit(&s->overflow, memory_order_relaxed))
 		return -EOVERFLOW;
 	/* The common empty poll takes no lock. */

@@ -217,6 +217,8 @@ VSIM_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		vsim_self_owner(&s->owner);
 		s->owner.ctx_slot = (uint32_t)slot;
 		s->owner.ctx_gen = s->gen;
+		/* Nothing left over from the slot's last user. */
+		vsim_mbox_reset(s);
 		c->slot = (uint32_t)slot;
 		c->gen = s->gen;
 	}
@@ -254,9 +256,12 @@ VSIM_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		rc = errno;
 		goto free_slot;
 	}
-	rc = vsim_exec_start(c);
+	rc = vsim_svc_start(c);
 	if (rc)
 		goto close_async;
+	rc = vsim_exec_start(c);
+	if (rc)
+		goto stop_svc;
 
 	pthread_mutex_lock(&vsim_proc_lock);
 	c->next = vsim_contexts;
@@ -266,6 +271,8 @@ VSIM_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		 vsim_cfg.node, c->slot, c->placement);
 	return &c->vctx.context;
 
+stop_svc:
+	vsim_svc_stop(c);
 close_async:
 	close(c->vctx.context.async_fd);
 free_slot:
@@ -284,6 +291,9 @@ VSIM_EXPORT int ibv_close_device(struct ibv_context *context)
 
 	vsim_exec_stop(c);
 	vsim_context_release_objects(c);
+	/* Only now: requesters may write into our MRs until the QPs are
+	 * gone, and their final words come through the mailbox. */
+	vsim_svc_stop(c);
 
 	vsim_lock(&vsim_reg->lock);
 	for (i = 0; i < VSIM_MAX_MR; i++) {

@@ -7,10 +7,19 @@
  * with process_vm_readv) in the order the placement mode asks for, and
  * writes the completions.
  *
+ * The final aligned 8-byte word of an RDMA WRITE (WITH IMM), the word a
+ * sentinel or flag poller reads, is the exception: the kernel's copy moves
+ * bytes ("rep movsb"), can be preempted in the middle of a word, and a
+ * poller then sees the word half old, half new, where an HCA writes an
+ * aligned word whole. That word is handed to the responder's own process,
+ * which stores it with one atomic 8-byte store, and the requester waits for
+ * the store (see "the final word" below).
+ *
  * Ordering rules kept in every mode:
  *  - the WRs of one QP are executed, placed and completed in posting order,
  *    so write-after-write across messages holds;
- *  - a message is fully placed before its receive completion is pushed.
+ *  - a message is fully placed, final word included, before its receive
+ *    completion is pushed.
  * In "delayed" mode a write is acknowledged (send CQE) at transmission and
  * placed later from a snapshot of its data; the placements wait in a
  * per-QP FIFO, so a later write (a tail or flag) still lands after it.
@@ -43,6 +52,8 @@ struct seg {
 	uint64_t len;
 };
 
+static int flush_words(struct vsim_context *me, struct vsim_words *pw);
+
 static uint64_t rng_next(struct vsim_context *c)
 {
 	/* xorshift64*: reproducible with DCHAN_VSIM_SEED. */
@@ -68,29 +79,59 @@ static enum ibv_wc_opcode wc_opcode(uint32_t op)
 }
 
 /*
- * A send completion, if the WR asked for one (errors always do). It also
- * retires, when polled, the unsignaled WRs executed before it.
+ * A send completion, if the WR asked for one (errors always do): returns 1
+ * and fills e. It also retires, when polled, the unsignaled WRs executed
+ * before it.
  */
+static int send_cqe(struct vsim_qp *qp, const struct vsim_swqe *w, enum ibv_wc_status st,
+		    uint32_t vendor_err, int force, struct vsim_cqe *e)
+{
+	if (!force && st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(w->flags & IBV_SEND_SIGNALED)) {
+		qp->unsignaled++;
+		return 0;
+	}
+	memset(e, 0, sizeof(*e));
+	e->wc.wr_id = w->wr_id;
+	e->wc.status = st;
+	e->wc.opcode = wc_opcode(w->opcode);
+	e->wc.vendor_err = st == IBV_WC_SUCCESS ? 0 : vendor_err;
+	e->wc.byte_len = (uint32_t)w->length;
+	e->wc.qp_num = qp->ibqp.qp_num;
+	e->sq_qp = (uintptr_t)qp;
+	e->sq_retire = qp->unsignaled + 1;
+	qp->unsignaled = 0;
+	return 1;
+}
+
 void vsim_send_cqe(struct vsim_qp *qp, const struct vsim_swqe *w, enum ibv_wc_status st,
 		   uint32_t vendor_err, int force)
 {
 	struct vsim_cqe e;
 
-	if (!force && st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(w->flags & IBV_SEND_SIGNALED)) {
-		qp->unsignaled++;
-		return;
+	if (send_cqe(qp, w, st, vendor_err, force, &e))
+		vsim_cq_push(qp->scq->shm, &e);
+}
+
+static void recv_cqe(struct vsim_cqe *e, struct vsim_qp_shm *ps, uint32_t opcode,
+		     const struct vsim_rwqe *r, enum ibv_wc_status st, uint64_t len,
+		     uint32_t imm, int solicited, uint32_t src_qpn, uint16_t slid)
+{
+	memset(e, 0, sizeof(*e));
+	e->wc.wr_id = r->wr_id;
+	e->wc.status = st;
+	e->wc.opcode = opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM :
+							      IBV_WC_RECV;
+	e->wc.qp_num = ps->h.id;
+	if (st == IBV_WC_SUCCESS) {
+		e->wc.byte_len = (uint32_t)len;
+		e->wc.src_qp = src_qpn;
+		e->wc.slid = slid;
+		if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM) {
+			e->wc.imm_data = imm;
+			e->wc.wc_flags = IBV_WC_WITH_IMM;
+		}
 	}
-	memset(&e, 0, sizeof(e));
-	e.wc.wr_id = w->wr_id;
-	e.wc.status = st;
-	e.wc.opcode = wc_opcode(w->opcode);
-	e.wc.vendor_err = st == IBV_WC_SUCCESS ? 0 : vendor_err;
-	e.wc.byte_len = (uint32_t)w->length;
-	e.wc.qp_num = qp->ibqp.qp_num;
-	e.sq_qp = (uintptr_t)qp;
-	e.sq_retire = qp->unsignaled + 1;
-	qp->unsignaled = 0;
-	vsim_cq_push(qp->scq->shm, &e);
+	e->solicited = (uint32_t)solicited;
 }
 
 static void push_recv_cqe(struct vsim_cq_shm *rcq, struct vsim_qp_shm *ps, uint32_t opcode,
@@ -99,22 +140,7 @@ static void push_recv_cqe(struct vsim_cq_shm *rcq, struct vsim_qp_shm *ps, uint3
 {
 	struct vsim_cqe e;
 
-	memset(&e, 0, sizeof(e));
-	e.wc.wr_id = r->wr_id;
-	e.wc.status = st;
-	e.wc.opcode = opcode == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM :
-							     IBV_WC_RECV;
-	e.wc.qp_num = ps->h.id;
-	if (st == IBV_WC_SUCCESS) {
-		e.wc.byte_len = (uint32_t)len;
-		e.wc.src_qp = src_qpn;
-		e.wc.slid = slid;
-		if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM || opcode == IBV_WR_SEND_WITH_IMM) {
-			e.wc.imm_data = imm;
-			e.wc.wc_flags = IBV_WC_WITH_IMM;
-		}
-	}
-	e.solicited = (uint32_t)solicited;
+	recv_cqe(&e, ps, opcode, r, st, len, imm, solicited, src_qpn, slid);
 	vsim_cq_push(rcq, &e);
 }
 
@@ -124,6 +150,9 @@ static int fail(struct vsim_qp *qp, const struct vsim_swqe *w, enum ibv_wc_statu
 {
 	vsim_dbg("QP %u: WR %#llx completes with %s", qp->ibqp.qp_num,
 		 (unsigned long long)w->wr_id, ibv_wc_status_str(st));
+	/* The WRs before it succeeded: their final words land first. */
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words of earlier WRs were dropped", qp->ibqp.qp_num);
 	/* The QP is in ERR before the completion can be seen, as on an HCA:
 	 * whoever polls the error may query the state at once. (The receive
 	 * queue's flushes are another work queue's: no order between them.) */
@@ -190,8 +219,569 @@ static uint64_t tail_offset(uint64_t base, uint64_t len)
 	return w > base ? w - base : 0;
 }
 
-static int place_torn(struct vsim_context *c, pid_t pid, int dir, const struct seg *loc,
-		      int nloc, const struct seg *rem, int nrem, uint64_t base, uint64_t len)
+/* ---- the final word: stored whole by the responder's process ------------- */
+
+/*
+ * process_vm_writev copies with the kernel's byte copy ("rep movsb" on
+ * CPUs with FSRM), which can be interrupted and preempted in the middle of
+ * an aligned word: a poller in the responder then sees the word half
+ * written, for as long as the writer is off its core. An HCA writes an
+ * aligned word whole. So the final aligned word of an RDMA WRITE, the one
+ * a sentinel or flag poller reads, does not go through the kernel copy:
+ * the requester hands (address, value) to the responder's process through
+ * the mailbox of the responder QP's context in the registry, and that
+ * process stores it with one 8-byte atomic store. The requester waits for
+ * the store before anything of its own that must come after it, so every
+ * ordering rule of the placement modes still holds:
+ *  - in "reverse" and "torn" the word is stored where the mode puts the
+ *    tail (early), before the rest is copied, and the requester waits;
+ *  - in order (and when a delayed write lands), and for a message that is
+ *    just one word in any mode, the word is the last thing of its message
+ *    placed. Its store, and the completions of the WR (send
+ *    CQE, receive CQE), may wait within one pass of the executor over the
+ *    QP, until eight words are collected or something must come after
+ *    them: a copy other than the body of a later WRITE (or one that would
+ *    overwrite a pending word), an error, or the end of the pass. One
+ *    hand-off then stores them in posting order, and the completions
+ *    follow. So a poller still sees every earlier message whole when it
+ *    sees a final word, and a completion still means the data is there.
+ *    The words keep their MRs busy until stored.
+ *
+ * Who stores: a thread per context that serves its mailbox (svc_main) and
+ * does nothing else, and any thread of the process that polls one of the
+ * context's CQs (vsim_mbox_poll), or waits for a hand-off of its own, or
+ * whose executor is about to sleep: that saves wake-ups. None of them
+ * takes a lock: requesters wait while holding locks the responder's
+ * executor or application may be blocked on (ctx->lock, the responder QP's
+ * shm lock), so the executor alone could not be relied on to serve.
+ */
+
+/*
+ * Both sides sleep on futexes, and do not yield while they wait: where
+ * other processes hog the CPUs, a thread that yields runs again only after
+ * their time slices (milliseconds), while one that sleeps and is woken runs
+ * at once. A waiting requester checks the responder's liveness this often:
+ */
+enum { LIVENESS_NS = 10000000 };
+
+/* Is the page of 'addr' mapped? An unmapped page under a live MR is
+ * reported as for CMA (EFAULT), not faulted on. */
+static int word_mapped(uint64_t addr)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char v;
+
+	return !mincore((void *)(uintptr_t)(addr & ~(uint64_t)(page - 1)), 1, &v);
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define VSIM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define VSIM_TSAN 1
+#endif
+#endif
+
+#ifdef VSIM_TSAN
+/*
+ * Under ThreadSanitizer the word is stored the way the process's other
+ * RDMA data arrives, unseen by the tool: what orders it against the
+ * application's accesses (the requester's wait, a completion, the
+ * application's own atomics) runs through another process, which the tool
+ * cannot follow, so an instrumented store would be reported as a race with
+ * every access to the buffer. An aligned volatile 8-byte store is one
+ * instruction on the 64-bit targets we build for.
+ */
+__attribute__((no_sanitize("thread"))) static void word_store(uint64_t *p, uint64_t v)
+{
+	atomic_thread_fence(memory_order_release);
+	*(volatile uint64_t *)p = v;
+}
+#else
+static void word_store(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+#endif
+
+static int store_word(uint64_t addr, uint64_t value)
+{
+	if ((addr & 7) || !word_mapped(addr))
+		return EFAULT;
+	word_store((uint64_t *)(uintptr_t)addr, value);
+	return 0;
+}
+
+static void futex_wake(_Atomic uint32_t *w, int n)
+{
+	/* Not FUTEX_PRIVATE: the other side is in another process. */
+	syscall(SYS_futex, w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/* Serves the mailbox of a context (slot s, generation gen): every full
+ * entry meant for it is stored, in order, and acknowledged. Takes no lock.
+ * Returns how many entries it served. */
+static int mbox_service(struct vsim_ctx_slot *s, uint32_t gen)
+{
+	int i, served = 0;
+
+	for (i = 0; i < VSIM_MBOX_SLOTS; i++) {
+		struct vsim_mbox *m = &s->mbox[i];
+		uint32_t w = atomic_load_explicit(&m->word, memory_order_acquire);
+		uint32_t n, k;
+		int res = 0;
+
+		if (VSIM_MB_PHASE(w) != VSIM_MB_FULL ||
+		    atomic_load_explicit(&m->gen, memory_order_relaxed) != gen)
+			continue;
+		/* The exact ticket: an entry whose requester gave up on it and
+		 * that someone refilled is not ours to take with old fields. */
+		if (!atomic_compare_exchange_strong(&m->word, &w,
+						    VSIM_MB_WORD(VSIM_MB_TICKET(w), VSIM_MB_BUSY)))
+			continue;
+		n = atomic_load_explicit(&m->n, memory_order_relaxed);
+		for (k = 0; k < n && k < VSIM_MB_WORDS; k++) {
+			int r = store_word(atomic_load_explicit(&m->addr[k], memory_order_relaxed),
+					   atomic_load_explicit(&m->value[k],
+								memory_order_relaxed));
+
+			if (r && !res)
+				res = r;
+		}
+		atomic_store_explicit(&m->result, res, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->handoffs, n, memory_order_relaxed);
+		atomic_store(&m->word, VSIM_MB_WORD(VSIM_MB_TICKET(w), VSIM_MB_DONE));
+		if (atomic_load(&m->sleeper))
+			futex_wake(&m->word, 1);
+		served++;
+	}
+	return served;
+}
+
+/* From vsim_poll_cq: a thread of ours that polls serves our mailbox on the
+ * way, when a requester rang since the last look. */
+void vsim_mbox_poll(struct vsim_context *c)
+{
+	struct vsim_ctx_slot *s = &vsim_reg->ctx[c->slot];
+	uint32_t bell = atomic_load(&s->mbox_bell);
+
+	if (bell != atomic_load_explicit(&c->mbox_seen, memory_order_relaxed)) {
+		atomic_store_explicit(&c->mbox_seen, bell, memory_order_relaxed);
+		mbox_service(s, c->gen);
+	}
+}
+
+/* Empties a context slot's mailbox for a new user (registry lock held). A
+ * requester still waiting on an entry sees its ticket gone and gives up. */
+void vsim_mbox_reset(struct vsim_ctx_slot *s)
+{
+	int i;
+
+	atomic_store(&s->serving, 0);
+	atomic_store(&s->svc_asleep, 0);
+	atomic_store(&s->handoffs, 0);
+	for (i = 0; i < VSIM_MBOX_SLOTS; i++) {
+		uint32_t w = atomic_load(&s->mbox[i].word);
+
+		atomic_store(&s->mbox[i].word, VSIM_MB_WORD(VSIM_MB_TICKET(w) + 1, VSIM_MB_FREE));
+		futex_wake(&s->mbox[i].word, INT_MAX);
+	}
+}
+
+static void *svc_main(void *arg)
+{
+	struct vsim_context *c = arg;
+	struct vsim_ctx_slot *s = &vsim_reg->ctx[c->slot];
+
+	while (!atomic_load(&c->svc_stop)) {
+		uint32_t seq = atomic_load(&s->mbox_bell);
+
+		if (mbox_service(s, c->gen))
+			continue;
+		/* Sleeps unless a requester rang since 'seq' was read; one
+		 * that rings sees svc_asleep and wakes us. */
+		atomic_store(&s->svc_asleep, 1);
+		syscall(SYS_futex, &s->mbox_bell, FUTEX_WAIT, seq, NULL, NULL, 0);
+		atomic_store(&s->svc_asleep, 0);
+	}
+	return NULL;
+}
+
+int vsim_svc_start(struct vsim_context *c)
+{
+	sigset_t all, old;
+	int rc;
+
+	atomic_store(&c->svc_stop, 0);
+	/* The thread takes no signals: they belong to the application. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&c->svc, NULL, svc_main, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!rc) {
+		c->svc_started = 1;
+		atomic_store(&vsim_reg->ctx[c->slot].serving, 1);
+	}
+	return rc;
+}
+
+void vsim_svc_stop(struct vsim_context *c)
+{
+	struct vsim_ctx_slot *s = &vsim_reg->ctx[c->slot];
+	int i;
+
+	if (!c->svc_started)
+		return;
+	atomic_store(&c->svc_stop, 1);
+	atomic_fetch_add(&s->mbox_bell, 1);
+	futex_wake(&s->mbox_bell, INT_MAX);
+	pthread_join(c->svc, NULL);
+	c->svc_started = 0;
+	atomic_store(&s->serving, 0);
+	/* Requesters still waiting take their entries back and copy. */
+	for (i = 0; i < VSIM_MBOX_SLOTS; i++)
+		futex_wake(&s->mbox[i].word, INT_MAX);
+	vsim_dbg("context slot %u stored %llu final words for requesters", c->slot,
+		 (unsigned long long)atomic_load(&s->handoffs));
+}
+
+/*
+ * Can the context 'to' names take a hand-off? 0: yes. ENOTCONN: its process
+ * is alive but nothing serves the mailbox (the context is closing or
+ * closed). ESRCH: the process is gone. The liveness check costs a system
+ * call: only with 'alive'.
+ */
+static int svc_state(struct vsim_ctx_slot *s, const struct vsim_owner *to, int alive)
+{
+	if (__atomic_load_n(&s->used, __ATOMIC_RELAXED) &&
+	    __atomic_load_n(&s->gen, __ATOMIC_RELAXED) == to->ctx_gen && atomic_load(&s->serving))
+		return !alive || vsim_owner_alive(to) ? 0 : ESRCH;
+	return vsim_owner_alive(to) ? ENOTCONN : ESRCH;
+}
+
+/* Claims a free mailbox entry of s; sets its ticket. */
+static struct vsim_mbox *mbox_claim(struct vsim_ctx_slot *s, uint32_t *ticket)
+{
+	int i;
+
+	for (i = 0; i < VSIM_MBOX_SLOTS; i++) {
+		struct vsim_mbox *m = &s->mbox[i];
+		uint32_t w = atomic_load(&m->word);
+
+		if (VSIM_MB_PHASE(w) == VSIM_MB_FREE &&
+		    atomic_compare_exchange_strong(&m->word, &w,
+						   VSIM_MB_WORD(VSIM_MB_TICKET(w) + 1,
+								VSIM_MB_CLAIMED))) {
+			*ticket = VSIM_MB_TICKET(w) + 1;
+			return m;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * All entries taken: free the acknowledged ones whose requester died before
+ * it could free them. (Only DONE entries: their requester fields are
+ * those of their ticket. One that died while filling an entry leaves it
+ * taken until the slot's next user.)
+ */
+static void mbox_reclaim(struct vsim_ctx_slot *s)
+{
+	int i;
+
+	for (i = 0; i < VSIM_MBOX_SLOTS; i++) {
+		struct vsim_mbox *m = &s->mbox[i];
+		uint32_t w = atomic_load(&m->word);
+		struct vsim_owner o;
+
+		if (VSIM_MB_PHASE(w) != VSIM_MB_DONE)
+			continue;
+		memset(&o, 0, sizeof(o));
+		o.pid = atomic_load(&m->req_pid);
+		o.starttime = atomic_load(&m->req_start);
+		if (!vsim_owner_alive(&o))
+			atomic_compare_exchange_strong(&m->word, &w,
+						       VSIM_MB_WORD(VSIM_MB_TICKET(w) + 1,
+								    VSIM_MB_FREE));
+	}
+}
+
+/*
+ * Has the responder's process store the words of pw (at its addresses), in
+ * order, and waits until it has. Returns 0, EFAULT (a page is not mapped), ESRCH
+ * (the process is gone: the caller drops the words, as for a responder that
+ * dies during CMA) or ENOTCONN (the process lives but its context no longer
+ * serves the mailbox: the caller writes the words by CMA).
+ */
+static int handoff(struct vsim_context *me, const struct vsim_words *pw)
+{
+	const struct vsim_owner *to = &pw->to;
+	struct vsim_ctx_slot *s;
+	struct vsim_owner self;
+	struct vsim_mbox *m;
+	uint32_t t, e, k;
+	int rc;
+
+	if (to->ctx_slot >= VSIM_MAX_CTX)
+		return ENOTCONN;
+	s = &vsim_reg->ctx[to->ctx_slot];
+	rc = svc_state(s, to, 0);
+	if (rc)
+		return rc;
+	while (!(m = mbox_claim(s, &t))) {
+		/* VSIM_MBOX_SLOTS hand-offs already in flight towards it. */
+		mbox_reclaim(s);
+		rc = svc_state(s, to, 1);
+		if (rc)
+			return rc;
+		vsim_sleep_ns(20000);
+	}
+	vsim_self_owner(&self);
+	atomic_store_explicit(&m->req_pid, self.pid, memory_order_relaxed);
+	atomic_store_explicit(&m->req_start, self.starttime, memory_order_relaxed);
+	atomic_store_explicit(&m->gen, to->ctx_gen, memory_order_relaxed);
+	for (k = 0; k < pw->n; k++) {
+		atomic_store_explicit(&m->addr[k], pw->addr[k], memory_order_relaxed);
+		atomic_store_explicit(&m->value[k], pw->value[k], memory_order_relaxed);
+	}
+	atomic_store_explicit(&m->n, pw->n, memory_order_relaxed);
+	atomic_store_explicit(&m->result, 0, memory_order_relaxed);
+	e = VSIM_MB_WORD(t, VSIM_MB_CLAIMED);
+	if (!atomic_compare_exchange_strong_explicit(&m->word, &e, VSIM_MB_WORD(t, VSIM_MB_FULL),
+						     memory_order_release, memory_order_relaxed))
+		return svc_state(s, to, 1) == ESRCH ? ESRCH : ENOTCONN;  /* reset meanwhile */
+	atomic_fetch_add(&s->mbox_bell, 1);
+	if (atomic_load(&s->svc_asleep))
+		futex_wake(&s->mbox_bell, 1);
+
+	for (;;) {
+		uint32_t w = atomic_load_explicit(&m->word, memory_order_acquire);
+		struct timespec ts = { 0, LIVENESS_NS };
+
+		if (w == VSIM_MB_WORD(t, VSIM_MB_DONE)) {
+			rc = atomic_load_explicit(&m->result, memory_order_relaxed);
+			atomic_compare_exchange_strong(&m->word, &w, VSIM_MB_WORD(t, VSIM_MB_FREE));
+			return rc;
+		}
+		if (VSIM_MB_TICKET(w) != t)
+			return svc_state(s, to, 1) == ESRCH ? ESRCH : ENOTCONN;  /* reset */
+		/* Serve our own mailbox before we sleep: the responder may
+		 * be waiting on us just the same (not needed for progress,
+		 * our mailbox thread does it too, but it saves a wake-up). */
+		if (me)
+			vsim_mbox_poll(me);
+		atomic_store(&m->sleeper, 1);
+		rc = (int)syscall(SYS_futex, &m->word, FUTEX_WAIT, w, &ts, NULL, 0);
+		atomic_store(&m->sleeper, 0);
+		if (rc == 0 || errno != ETIMEDOUT) {
+			/* Woken, or the word moved: look again. A context that
+			 * stops serving wakes us too (vsim_svc_stop). */
+			if (atomic_load(&s->serving) ||
+			    VSIM_MB_PHASE(atomic_load(&m->word)) != VSIM_MB_FULL)
+				continue;
+		}
+		rc = svc_state(s, to, 1);
+		if (!rc)
+			continue;
+		/* Nobody will serve it: take it back, unless the servicer
+		 * already took it (then it finishes, or died doing so). */
+		e = VSIM_MB_WORD(t, VSIM_MB_FULL);
+		if (atomic_compare_exchange_strong(&m->word, &e, VSIM_MB_WORD(t, VSIM_MB_FREE)))
+			return rc;
+		e = VSIM_MB_WORD(t, VSIM_MB_BUSY);
+		if (rc == ESRCH &&
+		    atomic_compare_exchange_strong(&m->word, &e, VSIM_MB_WORD(t, VSIM_MB_FREE)))
+			return rc;
+	}
+}
+
+/*
+ * Stores the words pw holds (all for one responder) and then pushes the
+ * completions that waited for them, and empties it. Where nothing serves
+ * the responder's mailbox any more but the process lives (its context is
+ * closing), the words are copied by CMA instead; where the process is
+ * gone, they are dropped (its WRs were acknowledged: they complete, as on
+ * an HCA whose responder died after the ACK). Releases the MRs the words
+ * held busy.
+ */
+static int flush_words(struct vsim_context *me, struct vsim_words *pw)
+{
+	uint32_t k;
+	int rc;
+
+	if (!pw->n && !pw->ncqe)
+		return 0;
+	rc = pw->n ? handoff(me, pw) : 0;
+	if (rc == ENOTCONN) {
+		vsim_dbg("the context of process %d serves no hand-offs: %u words copied",
+			 (int)pw->to.pid, pw->n);
+		rc = 0;
+		for (k = 0; k < pw->n && !rc; k++) {
+			struct seg l = { (uintptr_t)&pw->value[k], 8 }, r = { pw->addr[k], 8 };
+
+			rc = xfer(pw->to.pid, TO_PEER, &l, 1, &r, 1, 0, 8);
+		}
+	}
+	for (k = 0; k < pw->nbusy; k++)
+		vsim_mr_unbusy(pw->busy[k]);
+	/* A responder QP destroyed meanwhile gets no receive completion. */
+	for (k = 0; k < pw->ncqe; k++)
+		if (!pw->recv_of[k] || !atomic_load(&pw->recv_of[k]->h.destroyed))
+			vsim_cq_push(pw->cq[k], &pw->cqe[k]);
+	pw->n = pw->nbusy = pw->ncqe = 0;
+	return rc;
+}
+
+/*
+ * A completion of a WR whose data is placed: pushed now, or, while final
+ * words are pending, after them (in order with the other completions that
+ * wait). recv_of: the responder QP, for a receive completion.
+ */
+static void post_cqe(struct vsim_context *me, struct vsim_words *pw, struct vsim_cq_shm *cq,
+		     const struct vsim_cqe *e, struct vsim_qp_shm *recv_of)
+{
+	if (!pw->n) {
+		vsim_cq_push(cq, e);
+		return;
+	}
+	if (pw->ncqe == VSIM_PEND_CQES && flush_words(me, pw))
+		vsim_dbg("final words were dropped (the responder is gone)");
+	if (!pw->n) {
+		vsim_cq_push(cq, e);
+		return;
+	}
+	pw->cqe[pw->ncqe] = *e;
+	pw->cq[pw->ncqe] = cq;
+	pw->recv_of[pw->ncqe++] = recv_of;
+}
+
+/*
+ * One message's placement: what moves where, and which word, if any, the
+ * responder's process stores itself (word < len). 'pend' holds the QP's
+ * final words not stored yet; 'defer' lets this message's join them.
+ */
+struct plan {
+	struct vsim_context *me;
+	const struct vsim_owner *peer;
+	int dir;
+	const struct seg *loc, *rem;
+	int nloc, nrem;
+	uint64_t word, len;
+	struct vsim_words *pend;
+	int defer;
+	uint32_t mr_slot;         /* the MR the word is in (defer) */
+};
+
+/*
+ * The final word of an RDMA WRITE goes through the responder when it is a
+ * whole aligned word inside the message; a shorter message, or one whose
+ * last aligned word reaches past its end, is copied as before.
+ */
+static void plan_init(struct plan *p, struct vsim_context *me, const struct vsim_owner *peer,
+		      int dir, const struct seg *loc, int nloc, const struct seg *rem, int nrem,
+		      uint64_t len, int is_write)
+{
+	memset(p, 0, sizeof(*p));
+	p->me = me;
+	p->peer = peer;
+	p->dir = dir;
+	p->loc = loc;
+	p->nloc = nloc;
+	p->rem = rem;
+	p->nrem = nrem;
+	p->word = p->len = len;
+	if (is_write && dir == TO_PEER && nrem == 1 && len >= 8 && rem[0].len == len &&
+	    !((rem[0].addr + len) & 7))
+		p->word = len - 8;
+}
+
+static int same_owner(const struct vsim_owner *a, const struct vsim_owner *b)
+{
+	return a->pid == b->pid && a->starttime == b->starttime && a->ctx_slot == b->ctx_slot &&
+	       a->ctx_gen == b->ctx_gen;
+}
+
+/* The final word: its value is the source's last 8 bytes, read from our
+ * own memory (the WR's segments, or the snapshot of a delayed write). */
+static int put_word(const struct plan *p)
+{
+	struct iovec liov[VSIM_MAX_SGE], dst;
+	struct vsim_words one;
+	uint64_t v, addr = p->rem[0].addr + p->word;
+	int nl, rc;
+
+	dst.iov_base = &v;
+	dst.iov_len = 8;
+	nl = slice(p->loc, p->nloc, p->word, 8, liov);
+	/* Not memcpy: the buffer may have been unmapped under its MR. */
+	if (process_vm_readv(getpid(), &dst, 1, liov, (unsigned long)nl, 0) != 8)
+		return EFAULT;
+	if (p->defer && p->peer->pid != getpid()) {
+		struct vsim_words *pw = p->pend;
+
+		if (pw->n && (!same_owner(&pw->to, p->peer) || pw->n == VSIM_MB_WORDS)) {
+			rc = flush_words(p->me, pw);
+			if (rc)
+				return rc;
+		}
+		pw->to = *p->peer;
+		pw->addr[pw->n] = addr;
+		pw->value[pw->n++] = v;
+		/* The MR stays busy until the word is stored. */
+		atomic_fetch_add(&vsim_reg->mr[p->mr_slot].busy, 1);
+		pw->busy[pw->nbusy++] = p->mr_slot;
+		return 0;
+	}
+	rc = p->pend ? flush_words(p->me, p->pend) : 0;
+	if (rc)
+		return rc;
+	if (p->peer->pid == getpid())
+		return store_word(addr, v);  /* a loopback: we are the responder */
+	memset(&one, 0, sizeof(one));
+	one.to = *p->peer;
+	one.n = 1;
+	one.addr[0] = addr;
+	one.value[0] = v;
+	return flush_words(p->me, &one);
+}
+
+/*
+ * Must the words pending go before copying [off, off+n) of this message?
+ * Not for the body of a write whose own final word joins them (in order):
+ * nothing may read it before that word, which is stored after theirs;
+ * unless the copy overwrites one of them, which must land first.
+ */
+static int must_flush(const struct plan *p, uint64_t off, uint64_t n)
+{
+	const struct vsim_words *pw = p->pend;
+	uint64_t a = p->rem[0].addr + off;
+	uint32_t k;
+
+	if (!pw || (!pw->n && !pw->ncqe))
+		return 0;
+	if (!p->defer || p->word == p->len || off + n > p->word)
+		return 1;
+	for (k = 0; k < pw->n; k++)
+		if (pw->addr[k] + 8 > a && pw->addr[k] < a + n)
+			return 1;
+	return 0;
+}
+
+/* Moves message bytes [off, off+n): the final word, if in the range, last
+ * and through the responder. */
+static int move(const struct plan *p, uint64_t off, uint64_t n)
+{
+	uint64_t copy = off + n <= p->word || off > p->word ? n : p->word - off;
+	int rc = 0;
+
+	if (copy && must_flush(p, off, copy))
+		rc = flush_words(p->me, p->pend);
+	if (!rc)
+		rc = xfer(p->peer->pid, p->dir, p->loc, p->nloc, p->rem, p->nrem, off, copy);
+	return rc || copy == n ? rc : put_word(p);
+}
+
+static int place_torn(struct vsim_context *c, const struct plan *p, uint64_t base, uint64_t len)
 {
 	struct { uint64_t off, end; } *ch = NULL, t;
 	uint64_t maxb, off = 0;
@@ -213,13 +803,13 @@ static int place_torn(struct vsim_context *c, pid_t pid, int dir, const struct s
 			end = ((base + off + 8) & ~7ULL);
 		end = end - base > len ? len : end - base;
 		if (n == cap) {
-			void *p = realloc(ch, (cap = cap ? 2 * cap : 64) * sizeof(*ch));
+			void *q = realloc(ch, (cap = cap ? 2 * cap : 64) * sizeof(*ch));
 
-			if (!p) {
+			if (!q) {
 				free(ch);
 				return ENOMEM;
 			}
-			ch = p;
+			ch = q;
 		}
 		ch[n].off = off;
 		ch[n].end = end;
@@ -243,7 +833,7 @@ static int place_torn(struct vsim_context *c, pid_t pid, int dir, const struct s
 		tail = j;
 	}
 	for (i = 0; i < n && !rc; i++) {
-		rc = xfer(pid, dir, loc, nloc, rem, nrem, ch[i].off, ch[i].end - ch[i].off);
+		rc = move(p, ch[i].off, ch[i].end - ch[i].off);
 		if (!rc && i == tail && i + 1 < n)
 			vsim_sleep_ns(vsim_cfg.stall_ns);
 	}
@@ -256,10 +846,9 @@ static int place_torn(struct vsim_context *c, pid_t pid, int dir, const struct s
  * window in which the tail is visible and the body is not: without them a
  * reversed copy finishes too fast for a poller to notice.
  */
-static int place(struct vsim_context *c, pid_t pid, int dir, const struct seg *loc, int nloc,
-		 const struct seg *rem, int nrem, uint64_t len, int mode)
+static int place(struct vsim_context *c, const struct plan *p, uint64_t len, int mode)
 {
-	uint64_t base = dir == TO_PEER ? rem[0].addr : loc[0].addr;
+	uint64_t base = p->dir == TO_PEER ? p->rem[0].addr : p->loc[0].addr;
 	uint64_t tail, end, chunk = vsim_cfg.chunk;
 	int rc;
 
@@ -268,7 +857,7 @@ static int place(struct vsim_context *c, pid_t pid, int dir, const struct seg *l
 	tail = tail_offset(base, len);
 	switch (mode) {
 	case VSIM_PLACE_REVERSE:
-		rc = xfer(pid, dir, loc, nloc, rem, nrem, tail, len - tail);
+		rc = move(p, tail, len - tail);
 		if (rc || !tail)
 			return rc;
 		vsim_sleep_ns(vsim_cfg.stall_ns);
@@ -276,19 +865,19 @@ static int place(struct vsim_context *c, pid_t pid, int dir, const struct seg *l
 			uint64_t a = (base + end - 1) / chunk * chunk;
 			uint64_t start = a > base ? a - base : 0;
 
-			rc = xfer(pid, dir, loc, nloc, rem, nrem, start, end - start);
+			rc = move(p, start, end - start);
 			if (rc)
 				return rc;
 			end = start;
 		}
 		return 0;
 	case VSIM_PLACE_TORN:
-		return place_torn(c, pid, dir, loc, nloc, rem, nrem, base, len);
+		return place_torn(c, p, base, len);
 	default:
 		/* In order: the body, then the last word on its own, so the
 		 * final bytes are the last to become visible. */
-		rc = xfer(pid, dir, loc, nloc, rem, nrem, 0, tail);
-		return rc ? rc : xfer(pid, dir, loc, nloc, rem, nrem, tail, len - tail);
+		rc = move(p, 0, tail);
+		return rc ? rc : move(p, tail, len - tail);
 	}
 }
 
@@ -317,7 +906,10 @@ static struct vsim_qp_shm *peer_qp(struct vsim_qp *qp)
 
 	if (ps && qp->peer.id == dq && !atomic_load(&ps->h.destroyed))
 		return ps;
-	/* Not mapped yet, or destroyed: a new QP may have that number now. */
+	/* Not mapped yet, or destroyed: a new QP may have that number now.
+	 * What is pending for the old one goes first (its maps go away). */
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words were dropped", qp->ibqp.qp_num);
 	vsim_map_release(&qp->peer);
 	vsim_map_release(&qp->peer_rcq);
 	vsim_map_release(&qp->peer_srq);
@@ -462,6 +1054,9 @@ static void rq_unpop(struct vsim_qp_shm *ps, struct vsim_srq_shm *srq, const str
  * owner gets an affiliated async event. Caller holds ps->h.lock. */
 static void responder_error(struct vsim_qp *qp, struct vsim_qp_shm *ps, int event)
 {
+	/* Completions of earlier WRs come before the flushes. */
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words were dropped", qp->ibqp.qp_num);
 	vsim_qp_shm_enter_error(ps, ps->srq_id ? NULL : peer_rcq(qp, ps), event);
 }
 
@@ -610,7 +1205,10 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 			rst = IBV_WC_LOC_LEN_ERR;
 		if (rst != IBV_WC_SUCCESS) {
 			/* The responder completes the receive in error and its
-			 * QP goes to ERR; the requester sees the NAK. */
+			 * QP goes to ERR; the requester sees the NAK. Earlier
+			 * WRs' completions come first. */
+			if (flush_words(c, &qp->pend))
+				vsim_dbg("QP %u: final words were dropped", qp->ibqp.qp_num);
 			push_recv_cqe(rcq, ps, w->opcode, &rwqe, rst, 0, 0, 0, 0, 0);
 			vsim_qp_shm_enter_error(ps, ps->srq_id ? NULL : rcq, -1);
 			for (i = 0; i < nbusy; i++)
@@ -622,9 +1220,16 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 	}
 
 	if (!delayed) {
+		struct plan p;
+
 		mode = relaxed ? VSIM_PLACE_TORN : c->placement;
-		rc = place(c, ps->h.owner.pid, is_read ? FROM_PEER : TO_PEER, loc, nloc, rem, nrem,
-			   w->length, mode);
+		plan_init(&p, c, &ps->h.owner, is_read ? FROM_PEER : TO_PEER, loc, nloc, rem,
+			  nrem, w->length, !is_read && !is_send);
+		p.pend = &qp->pend;
+		/* A message that is one word has no order of its own. */
+		p.defer = (mode == VSIM_PLACE_INORDER || !p.word) && nbusy;
+		p.mr_slot = nbusy ? busy[0] : 0;
+		rc = place(c, &p, w->length, mode);
 	} else {
 		/* Transmission: take a snapshot (the requester may reuse its
 		 * buffer once it sees the completion) and land it later. */
@@ -670,11 +1275,16 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 
 	npk = packets(qp, w->length);
 	ps->rq_psn = (ps->rq_psn + npk) & 0xffffff;
-	qp->sq_psn = (qp->sq_psn + npk) & 0xffffff;
-	if (!delayed && have_rwqe)
-		push_recv_cqe(rcq, ps, w->opcode, &rwqe, IBV_WC_SUCCESS, w->length, w->imm,
-			      !!(w->flags & IBV_SEND_SOLICITED), qp->ibqp.qp_num,
-			      vsim_port_lid(c->dev->kind, vsim_cfg.node));
+	__atomic_store_n(&qp->sq_psn, (qp->sq_psn + npk) & 0xffffff, __ATOMIC_RELAXED);
+	if (!delayed && have_rwqe) {
+		/* After the data, final words included (post_cqe). */
+		struct vsim_cqe e;
+
+		recv_cqe(&e, ps, w->opcode, &rwqe, IBV_WC_SUCCESS, w->length, w->imm,
+			 !!(w->flags & IBV_SEND_SOLICITED), qp->ibqp.qp_num,
+			 vsim_port_lid(c->dev->kind, vsim_cfg.node));
+		post_cqe(c, &qp->pend, rcq, &e, ps);
+	}
 	if (delayed) {
 		f->due_ns = now + vsim_cfg.delay_ns;
 		if (qp->fifo_tail && f->due_ns < qp->fifo_tail->due_ns)
@@ -697,8 +1307,14 @@ static int execute(struct vsim_qp *qp, const struct vsim_swqe *w, uint64_t now, 
 		qp->fifo_tail = f;
 	}
 	vsim_unlock(&ps->h.lock);
-	/* In delayed mode this completion comes before the data lands. */
-	vsim_send_cqe(qp, w, IBV_WC_SUCCESS, 0, 0);
+	/* In delayed mode this completion comes before the data lands; else
+	 * after it, final words included. */
+	{
+		struct vsim_cqe e;
+
+		if (send_cqe(qp, w, IBV_WC_SUCCESS, 0, 0, &e))
+			post_cqe(c, &qp->pend, qp->scq->shm, &e, NULL);
+	}
 	return X_DONE;
 }
 
@@ -756,19 +1372,31 @@ static void land(struct vsim_qp *qp, struct vsim_inflight *f)
 		}
 	}
 	if (ok && f->length) {
+		struct plan p;
+
 		loc.addr = (uintptr_t)f->data;
 		loc.len = f->length;
-		ok = !place(qp->ctx, ps->h.owner.pid, TO_PEER, &loc, 1, rem, nrem, f->length,
-			    relaxed ? VSIM_PLACE_TORN : VSIM_PLACE_INORDER);
+		plan_init(&p, qp->ctx, &ps->h.owner, TO_PEER, &loc, 1, rem, nrem, f->length,
+			  f->opcode == IBV_WR_RDMA_WRITE ||
+			  f->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+		p.pend = &qp->pend;
+		p.defer = (!relaxed || !p.word) && nbusy;
+		p.mr_slot = nbusy ? busy[0] : 0;
+		ok = !place(qp->ctx, &p, f->length, relaxed ? VSIM_PLACE_TORN : VSIM_PLACE_INORDER);
 	}
 	for (i = 0; i < nbusy; i++)
 		vsim_mr_unbusy(busy[i]);
 	if (!ok)
 		vsim_dbg("QP %u: a delayed placement into QP %u was dropped", qp->ibqp.qp_num,
 			 ps->h.id);
-	if (f->has_rwqe && (rcq = peer_rcq(qp, ps)))
-		push_recv_cqe(rcq, ps, f->opcode, &f->rwqe, IBV_WC_SUCCESS, f->length, f->imm,
-			      f->solicited, f->src_qpn, f->slid);
+	if (f->has_rwqe && (rcq = peer_rcq(qp, ps))) {
+		/* After the data, final words included (post_cqe). */
+		struct vsim_cqe e;
+
+		recv_cqe(&e, ps, f->opcode, &f->rwqe, IBV_WC_SUCCESS, f->length, f->imm,
+			 f->solicited, f->src_qpn, f->slid);
+		post_cqe(qp->ctx, &qp->pend, rcq, &e, ps);
+	}
 out:
 	vsim_unlock(&ps->h.lock);
 }
@@ -789,6 +1417,9 @@ void vsim_fifo_land_all(struct vsim_qp *qp)
 		free(f);
 	}
 	qp->fifo_tail = NULL;
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words of delayed placements were dropped",
+			 qp->ibqp.qp_num);
 }
 
 /* ---- the executor loop -------------------------------------------------- */
@@ -800,7 +1431,7 @@ static uint64_t fifo_due(const struct vsim_qp *qp, uint64_t t)
 }
 
 /* Runs one QP as far as it can; returns when it next needs attention. */
-static uint64_t qp_progress(struct vsim_qp *qp)
+static uint64_t qp_run(struct vsim_qp *qp)
 {
 	uint64_t now = vsim_now_ns();
 	int budget = 64;
@@ -816,6 +1447,9 @@ static uint64_t qp_progress(struct vsim_qp *qp)
 		free(f);
 		now = vsim_now_ns();
 	}
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words of delayed placements were dropped",
+			 qp->ibqp.qp_num);
 
 	switch (atomic_load(&qp->shm->state)) {
 	case IBV_QPS_ERR:
@@ -861,6 +1495,18 @@ static uint64_t qp_progress(struct vsim_qp *qp)
 	return 0;  /* budget used up: come back at once */
 }
 
+/* One pass over a QP. The final words it left pending are stored before it
+ * ends: nothing waits past the pass. */
+static uint64_t qp_progress(struct vsim_qp *qp)
+{
+	uint64_t next = qp_run(qp);
+
+	if (flush_words(qp->ctx, &qp->pend))
+		vsim_dbg("QP %u: final words were dropped (the responder is gone)",
+			 qp->ibqp.qp_num);
+	return next;
+}
+
 static void *exec_main(void *arg)
 {
 	struct vsim_context *c = arg;
@@ -888,6 +1534,8 @@ static void *exec_main(void *arg)
 			ts.tv_nsec = (long)((next - now) % 1000000000ULL);
 			tsp = &ts;
 		}
+		/* Our mailbox before we sleep (its thread serves it anyway). */
+		vsim_mbox_poll(c);
 		/* Sleeps unless the doorbell moved since 'seq' was read. */
 		syscall(SYS_futex, db, FUTEX_WAIT, seq, tsp, NULL, 0);
 	}

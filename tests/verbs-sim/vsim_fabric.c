@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define VSIM_REG_MAGIC 0x7673696d52454731ULL  /* "vsimREG1" */
+#define VSIM_REG_MAGIC 0x7673696d52454732ULL  /* "vsimREG2": context mailboxes */
 #define VSIM_OBJ_MAGIC 0x7673696d4f424a31ULL  /* "vsimOBJ1" */
 
 struct vsim_config vsim_cfg;

@@ -362,7 +362,7 @@ VSIM_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int
 		s->access = 0;
 		atomic_store(&s->state, IBV_QPS_RESET);
 		vsim_unlock(&s->h.lock);
-		qp->sq_psn = 0;
+		__atomic_store_n(&qp->sq_psn, 0, __ATOMIC_RELAXED);
 		memset(&qp->ah, 0, sizeof(qp->ah));
 		goto done;
 	}
@@ -403,7 +403,7 @@ VSIM_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int
 	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
 		qp->max_rd_atomic = attr->max_rd_atomic;
 	if (mask & IBV_QP_SQ_PSN)
-		qp->sq_psn = attr->sq_psn;
+		__atomic_store_n(&qp->sq_psn, attr->sq_psn, __ATOMIC_RELAXED);
 	if (mask & IBV_QP_RETRY_CNT)
 		qp->retry_cnt = attr->retry_cnt;
 	if (mask & IBV_QP_RNR_RETRY)
@@ -450,7 +450,7 @@ VSIM_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 	vsim_unlock(&s->h.lock);
 	attr->cur_qp_state = attr->qp_state;
 	attr->path_mig_state = IBV_MIG_MIGRATED;
-	attr->sq_psn = qp->sq_psn;
+	attr->sq_psn = __atomic_load_n(&qp->sq_psn, __ATOMIC_RELAXED);
 	attr->cap = qp->cap;
 	attr->ah_attr = qp->ah;
 	attr->pkey_index = qp->pkey_index;
