@@ -27,6 +27,24 @@
 
 extern const struct dchan_provider_ops dchan_ofi_ops;
 
+/* The libfabric functions dchan calls directly, loaded at first use
+ * (ofi_dl.c); the rest of libfabric's API is inline calls through the
+ * function tables of its objects. */
+struct dchan_ofi_fns {
+    __typeof__(fi_getinfo) *getinfo;
+    __typeof__(fi_freeinfo) *freeinfo;
+    __typeof__(fi_dupinfo) *dupinfo;
+    __typeof__(fi_fabric) *fabric;
+    __typeof__(fi_strerror) *strerror;
+    __typeof__(fi_version) *version;
+};
+extern struct dchan_ofi_fns dchan_ofi_fn;
+/* Loads libfabric once per process; 0, or -1 with *why saying what failed.
+ * The first context to ask (ctx may be NULL) logs the signals put back. */
+int dchan_ofi_load(const dchan_ctx_t *ctx, const char **why);
+/* fi_strerror (where libfabric is loaded). */
+const char *dchan_ofi_strerror(int fi_err);
+
 /* How the last write of a put is ordered after the others (DESIGN §3). */
 enum ofi_order {
     OFI_ORD_STREAM = 1, /* the provider guarantees it: issue back to back */

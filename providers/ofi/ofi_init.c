@@ -8,12 +8,9 @@
  * One completion queue serves both directions: local completions of our
  * writes carry an ofi_op context, arrivals carry remote CQ data.
  */
-#define _GNU_SOURCE /* dladdr */
 #include "config.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,48 +24,6 @@
 
 /* Largest single write over libfabric's tcp unless DCHAN_OFI_MAX_MSG says. */
 #define OFI_TCP_MAX_WRITE ((size_t)1 << 20)
-
-/* ---- signals that libfabric's dependencies take ------------------------------------ */
-
-/*
- * Debian's libfabric links PSM's libinfinipath, whose constructor takes
- * SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in every process
- * that loads it (unless IPATH_NO_BACKTRACE is set, as mpirun sets it for
- * the ranks it starts): its handler prints a backtrace and calls exit().
- * So an ignored SIGINT ends the program, a crash leaves no core, and a
- * SIGTERM that lands while libfabric holds a lock hangs in libfabric's
- * destructor (seen with dchan_info). Linking dchan must not change how a
- * program takes signals: where the handler is libinfinipath's, the
- * default goes back. (At exec each of these was the default or an
- * inherited ignore, which that handler has already replaced; the default
- * is the common case.) This runs after libinfinipath's constructor, a
- * dependency's running first.
- */
-static void __attribute__((constructor)) ofi_signals_back(void)
-{
-    static const int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT};
-
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction sa;
-        Dl_info where;
-
-        if (sigaction(sigs[i], NULL, &sa) != 0)
-            continue;
-        void *fn = sa.sa_flags & SA_SIGINFO ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
-        if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || !dladdr(fn, &where) ||
-            !where.dli_fname)
-            continue;
-        const char *base = strrchr(where.dli_fname, '/');
-        base = base ? base + 1 : where.dli_fname;
-        static const char lib[] = "libinfinipath.so";
-        if (strncmp(base, lib, sizeof lib - 1) != 0)
-            continue;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        sigemptyset(&sa.sa_mask);
-        sigaction(sigs[i], &sa, NULL);
-    }
-}
 
 /* ---- parameters ------------------------------------------------------------------ */
 
@@ -184,7 +139,7 @@ int dchan_ofi_rc(struct dchan_prov *p, int fi_err, const char *what)
                                                               : DCHAN_ERR_PROVIDER;
         break;
     }
-    dchan_warn(p ? p->ctx : NULL, OFI_NAME, "%s: %s (-%d)", what, fi_strerror(e), e);
+    dchan_warn(p ? p->ctx : NULL, OFI_NAME, "%s: %s (-%d)", what, dchan_ofi_strerror(e), e);
     return rc;
 }
 
@@ -197,7 +152,7 @@ int dchan_ofi_rc(struct dchan_prov *p, int fi_err, const char *what)
 
 static struct fi_info *hints_new(void)
 {
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = dchan_ofi_fn.dupinfo(NULL);
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_RDM;
@@ -393,19 +348,19 @@ static struct fi_info *with_caps(const struct fi_info *i, uint64_t extra)
         h->fabric_attr->name = strdup(i->fabric_attr->name);
     if (i->domain_attr->name)
         h->domain_attr->name = strdup(i->domain_attr->name);
-    if (fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, h, &list) == 0) {
+    if (dchan_ofi_fn.getinfo(OFI_API_VERSION, NULL, NULL, 0, h, &list) == 0) {
         for (struct fi_info *r = list; r; r = r->next) {
             if (usable(r) && (r->caps & extra) == extra &&
                 strcmp(core_name(r), core_name(i)) == 0 &&
                 (!i->domain_attr->name ||
                  (r->domain_attr->name && strcmp(r->domain_attr->name, i->domain_attr->name) == 0))) {
-                found = fi_dupinfo(r);
+                found = dchan_ofi_fn.dupinfo(r);
                 break;
             }
         }
-        fi_freeinfo(list);
+        dchan_ofi_fn.freeinfo(list);
     }
-    fi_freeinfo(h);
+    dchan_ofi_fn.freeinfo(h);
     return found;
 }
 
@@ -418,8 +373,8 @@ static int candidates(struct fi_info **list, bool named, bool *explicit_choice)
     if (!h)
         return -FI_ENOMEM;
     *explicit_choice = named || fi_provider_set();
-    ret = fi_getinfo(OFI_API_VERSION, NULL, NULL, 0, h, list);
-    fi_freeinfo(h);
+    ret = dchan_ofi_fn.getinfo(OFI_API_VERSION, NULL, NULL, 0, h, list);
+    dchan_ofi_fn.freeinfo(h);
     return ret;
 }
 
@@ -428,7 +383,12 @@ static int probe(struct dchan_probe *out)
     struct fi_info *list = NULL, *i;
     bool explicit_choice;
     char skipped[96] = "", why[128] = "";
-    uint32_t v = fi_version();
+    const char *unloaded;
+    if (dchan_ofi_load(NULL, &unloaded) != 0) {
+        snprintf(out->desc, sizeof out->desc, "%s", unloaded);
+        return DCHAN_ERR_UNSUPPORTED;
+    }
+    uint32_t v = dchan_ofi_fn.version();
     const struct dchan_params *pv = dchan_probe_params();
     if (!pv) {
         snprintf(out->desc, sizeof out->desc, "a DCHAN_* variable is malformed (see dchan_info -e)");
@@ -438,7 +398,7 @@ static int probe(struct dchan_probe *out)
 
     if (ret) {
         snprintf(out->desc, sizeof out->desc, "libfabric %u.%u: no RDM provider with RMA (%s)",
-                 FI_MAJOR(v), FI_MINOR(v), fi_strerror(-ret));
+                 FI_MAJOR(v), FI_MINOR(v), dchan_ofi_strerror(-ret));
         return DCHAN_ERR_UNSUPPORTED;
     }
     for (i = list; i; i = i->next) {
@@ -455,7 +415,7 @@ static int probe(struct dchan_probe *out)
                  "libfabric %u.%u: only the fallbacks %s (set DCHAN_PROVIDER=ofi or "
                  "FI_PROVIDER to use them)",
                  FI_MAJOR(v), FI_MINOR(v), skipped[0] ? skipped : "(none)");
-        fi_freeinfo(list);
+        dchan_ofi_fn.freeinfo(list);
         return DCHAN_ERR_UNSUPPORTED;
     }
     struct ofi_plan pl;
@@ -471,7 +431,7 @@ static int probe(struct dchan_probe *out)
         out->modes = pl.modes;
         out->default_detect = pl.default_detect;
     }
-    fi_freeinfo(list);
+    dchan_ofi_fn.freeinfo(list);
     return ret;
 }
 
@@ -545,7 +505,7 @@ static void state_free(struct ofi_state *st)
     if (st->fabric)
         fi_close(&st->fabric->fid);
     if (st->info)
-        fi_freeinfo(st->info);
+        dchan_ofi_fn.freeinfo(st->info);
     free(st->peers);
     free(st->conn_lost);
     free(st->cpeer);
@@ -648,18 +608,18 @@ static int endpoint_open(struct dchan_prov *p, const struct fi_info *cand, struc
     st->nranks = dchan_ctx_nranks(p->ctx);
     st->wait_fd = -1;
     dchan_waketimer_init(p->ctx, &st->wt);
-    st->info = fi_dupinfo(cand);
+    st->info = dchan_ofi_fn.dupinfo(cand);
     st->peers = calloc((size_t)st->nranks, sizeof *st->peers);
     st->conn_lost = calloc((size_t)st->nranks, sizeof *st->conn_lost);
     st->cpeer = calloc((size_t)st->nranks, sizeof *st->cpeer);
     if (!st->info || !st->peers || !st->conn_lost || !st->cpeer)
         goto fail;
     if (st->info->next) {
-        fi_freeinfo(st->info->next); /* fi_dupinfo copies one entry; be sure */
+        dchan_ofi_fn.freeinfo(st->info->next); /* fi_dupinfo copies one entry; be sure */
         st->info->next = NULL;
     }
     *what = "fi_fabric";
-    ret = fi_fabric(st->info->fabric_attr, &st->fabric, NULL);
+    ret = dchan_ofi_fn.fabric(st->info->fabric_attr, &st->fabric, NULL);
     if (ret)
         goto fail;
     *what = "fi_domain";
@@ -800,7 +760,7 @@ static int endpoint_open_retry(struct dchan_prov *p, const struct fi_info *cand,
     int ret = endpoint_open(p, cand, out, what);
     for (int tries = 1; ret == -FI_EBUSY && tries < 3; tries++) {
         dchan_info(p->ctx, OFI_NAME, "%s: %s found the endpoint's name in use (%s); once more",
-                   core_name(cand), *what, fi_strerror(-ret));
+                   core_name(cand), *what, dchan_ofi_strerror(-ret));
         ret = endpoint_open(p, cand, out, what);
     }
     return ret;
@@ -816,9 +776,13 @@ static int ofi_open(struct dchan_prov *p)
     const char *what = "";
     int ret, rc = DCHAN_ERR_UNSUPPORTED;
 
+    if (dchan_ofi_load(p->ctx, &what) != 0) {
+        set_desc(p, "%s", what);
+        return DCHAN_ERR_UNSUPPORTED;
+    }
     ret = candidates(&list, p->forced, &explicit_choice);
     if (ret) {
-        set_desc(p, "no libfabric RDM provider with RMA here (%s)", fi_strerror(-ret));
+        set_desc(p, "no libfabric RDM provider with RMA here (%s)", dchan_ofi_strerror(-ret));
         return DCHAN_ERR_UNSUPPORTED;
     }
     for (i = list; i; i = i->next) {
@@ -869,12 +833,12 @@ static int ofi_open(struct dchan_prov *p)
                     pl = rpl;
                 else if (e == 1) /* every rank: one without get makes sources to it fail */
                     dchan_warn(p->ctx, OFI_NAME, "%s with %s: %s failed (%s); no get",
-                               core_name(i), extras[e].name, what, fi_strerror(-ret));
+                               core_name(i), extras[e].name, what, dchan_ofi_strerror(-ret));
                 else if (rank0) /* another try follows, or the skip says why */
                     dchan_info(p->ctx, OFI_NAME, "%s with %s: %s failed (%s)", core_name(i),
-                               extras[e].name, what, fi_strerror(-ret));
+                               extras[e].name, what, dchan_ofi_strerror(-ret));
             }
-            fi_freeinfo(rd);
+            dchan_ofi_fn.freeinfo(rd);
         }
         if (atomic && ret == -FI_ENODATA) {
             snprintf(why, sizeof why, "DCHAN_OFI_CREDIT=atomic: %s offers no FI_ATOMIC",
@@ -889,7 +853,7 @@ static int ofi_open(struct dchan_prov *p)
         if (ret == 0)
             break;
         rc = dchan_ofi_rc(p, ret, what);
-        snprintf(why, sizeof why, "%s on %s: %s", what, core_name(i), fi_strerror(-ret));
+        snprintf(why, sizeof why, "%s on %s: %s", what, core_name(i), dchan_ofi_strerror(-ret));
         if (rank0)
             dchan_info(p->ctx, OFI_NAME, "skipping %s: %s", core_name(i), why);
     }
@@ -898,7 +862,7 @@ static int ofi_open(struct dchan_prov *p)
                    "skipped the fallbacks %s (DCHAN_PROVIDER=ofi or FI_PROVIDER allow them)",
                    skipped);
     if (!st) {
-        fi_freeinfo(list);
+        dchan_ofi_fn.freeinfo(list);
         if (!why[0] && skipped[0])
             snprintf(why, sizeof why, "only the tcp/sockets/udp fallbacks %s", skipped);
         set_desc(p, "%s", why[0] ? why : "no usable libfabric provider");
@@ -976,7 +940,7 @@ static int ofi_open(struct dchan_prov *p)
                    : st->credit_atomic ? "by fi_inject_atomic (FI_MAX: any order)"
                                        : "with delivery completion, one at a time per channel");
     }
-    fi_freeinfo(list);
+    dchan_ofi_fn.freeinfo(list);
     return DCHAN_SUCCESS;
 }
 

@@ -1,19 +1,26 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Linking dchan leaves a program's signals as they were: Debian's libfabric
- * loads PSM's libinfinipath, whose constructor takes SIGINT, SIGTERM,
- * SIGSEGV, SIGBUS, SIGILL and SIGABRT (a backtrace, then exit()), and the
- * ofi provider hands the defaults back (providers/ofi/ofi_init.c).
+ * Loading dchan, and opening its ofi provider, leave a program's signals as
+ * they were. Debian's libfabric loads PSM's libinfinipath, whose
+ * constructor takes SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT (a
+ * backtrace, then exit()). libdchan does not link libfabric: the provider
+ * loads it at first use and puts back every disposition the load changed
+ * (providers/ofi/ofi_dl.c).
  *
- * The test first execs itself with the six at their defaults and
- * IPATH_NO_BACKTRACE unset (as a program started outside mpirun has them),
- * so that what it inherited from make cannot decide the outcome. The
- * child then checks that none of the six is libinfinipath's handler (or
- * ignored: the defaults went in), and that SIGTERM and SIGABRT raised in a
- * forked process end it by that signal, not by an exit status. A handler
- * from elsewhere is a sanitizer's (the sanitizer builds run this test too)
- * and is let be. Where libinfinipath is not loaded the checks hold
- * trivially; the output says which case ran.
+ * The test first execs itself with the six at their defaults except SIGINT,
+ * ignored (as a background job of a non-interactive shell starts), and
+ * IPATH_NO_BACKTRACE unset (as outside mpirun), so that what it inherited
+ * from make cannot decide the outcome. The child then checks:
+ *  - libfabric is not loaded before dchan_init: linking dchan loads nothing
+ *    of it;
+ *  - with its own SIGTERM handler installed, dchan_init on ofi (singleton)
+ *    works and has loaded libfabric, and each of the six is exactly as
+ *    before: SIGINT still ignored, SIGTERM still its handler, the others
+ *    as inherited (the default, or a sanitizer's in the sanitizer builds);
+ *  - raising SIGINT does nothing, raising SIGTERM runs its handler, and
+ *    SIGABRT raised in a forked process ends it by that signal.
+ * Whether libinfinipath came with libfabric is printed: where it does (as
+ * on Debian), its constructor ran at the load and took the six.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -29,13 +36,48 @@
 #include "dchan.h"
 
 static const int sigs[] = {SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT};
+#define NSIGS (sizeof sigs / sizeof sigs[0])
 
-static int seen_infinipath(struct dl_phdr_info *info, size_t size, void *arg)
+static volatile sig_atomic_t terms;
+
+static void on_term(int sig)
 {
+    (void)sig;
+    terms++;
+}
+
+struct seen {
+    const char *what;
+    int found;
+};
+
+static int seen_lib(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    struct seen *s = arg;
     (void)size;
-    if (info->dlpi_name && strstr(info->dlpi_name, "libinfinipath.so"))
-        *(int *)arg = 1;
+    if (info->dlpi_name && strstr(info->dlpi_name, s->what))
+        s->found = 1;
     return 0;
+}
+
+static int loaded(const char *lib)
+{
+    struct seen s = {lib, 0};
+    dl_iterate_phdr(seen_lib, &s);
+    return s.found;
+}
+
+static const char *owner(const struct sigaction *sa)
+{
+    Dl_info where;
+    void *fn = sa->sa_flags & SA_SIGINFO ? (void *)sa->sa_sigaction : (void *)sa->sa_handler;
+    if (sa->sa_handler == SIG_DFL)
+        return "the default";
+    if (sa->sa_handler == SIG_IGN)
+        return "ignored";
+    if (sa->sa_handler == on_term)
+        return "the program's handler";
+    return dladdr(fn, &where) && where.dli_fname ? where.dli_fname : "an unknown handler";
 }
 
 /* A forked process raises sig: it must end by it. */
@@ -75,8 +117,10 @@ int main(int argc, char **argv)
         memset(&dfl, 0, sizeof dfl);
         dfl.sa_handler = SIG_DFL;
         sigemptyset(&dfl.sa_mask);
-        for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        for (size_t i = 0; i < NSIGS; i++) {
+            dfl.sa_handler = sigs[i] == SIGINT ? SIG_IGN : SIG_DFL;
             sigaction(sigs[i], &dfl, NULL);
+        }
         unsetenv("IPATH_NO_BACKTRACE");
         char *args[] = {argv[0], "--child", NULL};
         execv("/proc/self/exe", args);
@@ -84,42 +128,76 @@ int main(int argc, char **argv)
         return 99;
     }
 
-    int loaded = 0, bad = 0;
-    dl_iterate_phdr(seen_infinipath, &loaded);
-    /* Something of the library, so that it is surely linked and loaded. */
-    if (strcmp(dchan_strerror(DCHAN_SUCCESS), "") == 0) {
-        fprintf(stderr, "test_ofi_signals: dchan_strerror gave an empty string\n");
+    int bad = 0;
+    struct sigaction before[NSIGS], sa;
+    if (loaded("libfabric.so")) {
+        fprintf(stderr, "test_ofi_signals: libfabric is loaded before dchan_init\n");
         bad++;
     }
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-        struct sigaction sa;
-        Dl_info where;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) != 0) {
+        perror("test_ofi_signals: sigaction");
+        return 99;
+    }
+    for (size_t i = 0; i < NSIGS; i++)
+        if (sigaction(sigs[i], NULL, &before[i]) != 0) {
+            perror("test_ofi_signals: sigaction");
+            return 99;
+        }
+    if (before[0].sa_handler != SIG_IGN) {
+        fprintf(stderr, "test_ofi_signals: SIGINT is not ignored after the exec: %s\n",
+                owner(&before[0]));
+        return 99;
+    }
+
+    dchan_attr_t a;
+    dchan_ctx_t *ctx = NULL;
+    dchan_attr_init(&a);
+    a.provider = "ofi";
+    a.bootstrap = DCHAN_BOOT_SINGLETON;
+    int rc = dchan_init(&a, &ctx);
+    if (rc != DCHAN_SUCCESS) {
+        fprintf(stderr, "test_ofi_signals: dchan_init on ofi: %s\n", dchan_strerror(rc));
+        return 1;
+    }
+    int fabric = loaded("libfabric.so"), ipath = loaded("libinfinipath.so");
+    if (!fabric) {
+        fprintf(stderr, "test_ofi_signals: dchan_init on ofi did not load libfabric\n");
+        bad++;
+    }
+    for (size_t i = 0; i < NSIGS; i++) {
         if (sigaction(sigs[i], NULL, &sa) != 0) {
             perror("test_ofi_signals: sigaction");
             bad++;
             continue;
         }
-        if (sa.sa_handler == SIG_DFL)
-            continue;
-        void *fn = sa.sa_flags & SA_SIGINFO ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
-        const char *owner = sa.sa_handler == SIG_IGN ? "ignored"
-                            : dladdr(fn, &where) && where.dli_fname ? where.dli_fname
-                                                                    : "an unknown handler";
-        if (sa.sa_handler == SIG_IGN || strstr(owner, "libinfinipath.so")) {
-            fprintf(stderr, "test_ofi_signals: %s is not at its default: %s\n",
-                    strsignal(sigs[i]), owner);
+        /* Flags matter to a handler only. */
+        if (sa.sa_handler != before[i].sa_handler ||
+            (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN &&
+             sa.sa_flags != before[i].sa_flags)) {
+            fprintf(stderr, "test_ofi_signals: %s was %s and is now %s\n", strsignal(sigs[i]),
+                    owner(&before[i]), owner(&sa));
             bad++;
-        } else {
-            fprintf(stderr, "test_ofi_signals: %s is taken by %s (a sanitizer's), let be\n",
-                    strsignal(sigs[i]), owner);
         }
     }
-    if (!ends_by(SIGTERM))
+    raise(SIGINT); /* ignored: nothing happens */
+    raise(SIGTERM);
+    if (terms != 1) {
+        fprintf(stderr, "test_ofi_signals: SIGTERM ran the program's handler %d times\n",
+                (int)terms);
         bad++;
-    if (!ends_by(SIGABRT))
+    }
+    if (before[NSIGS - 1].sa_handler == SIG_DFL && !ends_by(SIGABRT))
         bad++;
-    printf("%s test_ofi_signals: libinfinipath %s; none of SIGINT, SIGTERM, SIGSEGV, SIGBUS, "
-           "SIGILL and SIGABRT is its, SIGTERM and SIGABRT end a process by the signal\n",
-           bad ? "FAIL" : "ok  ", loaded ? "loaded" : "not loaded (nothing to undo)");
+    rc = dchan_finalize(ctx);
+    if (rc != DCHAN_SUCCESS) {
+        fprintf(stderr, "test_ofi_signals: dchan_finalize: %s\n", dchan_strerror(rc));
+        bad++;
+    }
+    printf("%s test_ofi_signals: libfabric loaded at dchan_init, not before; libinfinipath %s; "
+           "SIGINT still ignored, SIGTERM still the program's, the other four as they were\n",
+           bad ? "FAIL" : "ok  ", ipath ? "came with it" : "did not come with it");
     return bad ? 1 : 0;
 }
