@@ -143,9 +143,11 @@ static inline uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Spin-wait bookkeeping: yields with --yield, fails after --timeout. */
+/* Spin-wait bookkeeping: yields with --yield, fails after --timeout
+ * seconds of the waiter's CPU time. */
 struct bench_spin {
-    uint64_t start;
+    uint64_t start; /* CPU time, ns (0: not started) */
+    uint64_t wall;  /* wall clock then, for the message */
     unsigned long n;
     const char *what;
 };

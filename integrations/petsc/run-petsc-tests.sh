@@ -71,12 +71,13 @@ skip() { # name reason
 
 # Runs one program under mpirun with a session directory of its own
 # (concurrent mpiruns race on a shared one); a timeout keeps a hang from
-# stalling make check.
+# stalling make check. It detects hangs, it is no time limit: as generous
+# as tests/mprun's, for a loaded 2-core machine.
 mprun() { # np exe args...
     np=$1
     shift
     t=$(mktemp -d "${TMPDIR:-/tmp}/dchan-petsc.XXXXXX") || return 99
-    TMPDIR=$t timeout -k 5 120 "$MPIRUN" -np "$np" --oversubscribe "$@" </dev/null
+    TMPDIR=$t timeout -k 10 "${MPRUN_TIMEOUT:-600}" "$MPIRUN" -np "$np" --oversubscribe "$@" </dev/null
     rc=$?
     rm -rf "$t"
     return $rc

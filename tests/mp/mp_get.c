@@ -96,7 +96,6 @@ static void bad_input(struct chan *c, const dchan_wire_t *w)
 
 #define RSIZE 4104 /* not a power of two */
 #define RVERSIONS 20
-#define RTIMEOUT_NS 30000000000ull
 
 struct rchan {
     int id;
@@ -144,7 +143,7 @@ static void r_open(struct rchan *c, int id)
 /* Gets and publishes until n versions went through c both ways. */
 static void r_run(struct rchan *c, long n, const char *what)
 {
-    unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+    unsigned long long deadline = now_ns() + mpt_time_limit_ns();
     while (c->got < n || c->taken < n) {
         if (c->got < n) {
             int rc = dchan_get(c->get);
@@ -187,7 +186,7 @@ static void stale_getter(void)
     a.published++;
     quiet_barrier();
     {
-        unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+        unsigned long long deadline = now_ns() + mpt_time_limit_ns();
         while ((rc = dchan_get(a.get)) == DCHAN_ERR_AGAIN)
             if (now_ns() > deadline)
                 die("version 1 of the first pair never published");
@@ -209,7 +208,7 @@ static void stale_getter(void)
      * (r_arrival would have caught it). A get that raced the destruction
      * may have delivered version 1 of a, checked too. */
     {
-        unsigned long long deadline = now_ns() + RTIMEOUT_NS;
+        unsigned long long deadline = now_ns() + mpt_time_limit_ns();
         while ((rc = dchan_get(a.get)) == DCHAN_ERR_AGAIN) {
             CHECK(dchan_progress(ctx));
             if (now_ns() > deadline)

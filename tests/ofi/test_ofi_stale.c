@@ -186,16 +186,16 @@ int main(void)
     time_t start = time(NULL);
     while ((rc = dchan_get(g)) == DCHAN_ERR_AGAIN) {
         dchan_progress(ctx);
-        if (time(NULL) - start > 60)
-            die("dchan_get: refused for 60 s");
+        if (time(NULL) - start > 120)
+            die("dchan_get: refused for 120 s");
     }
     if (rc != DCHAN_SUCCESS)
         die("dchan_get: %s", dchan_strerror(rc));
     while (!arrived) {
         if ((rc = dchan_progress(ctx)) < 0)
             die("dchan_progress: %s", dchan_strerror(rc));
-        if (time(NULL) - start > 60)
-            die("the get did not arrive in 60 s");
+        if (time(NULL) - start > 120)
+            die("the get did not arrive in 120 s");
     }
     if (memcmp(src, dst, SIZE) != 0)
         die("the get returned other bytes than the source's");

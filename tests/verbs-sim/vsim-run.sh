@@ -48,7 +48,8 @@ esac
 
 run() {
     if command -v timeout >/dev/null 2>&1; then
-        timeout -k 5 120 "$exe" $args
+        # A hang detector, not a time limit (as tests/mprun's).
+        timeout -k 10 "${MPRUN_TIMEOUT:-600}" "$exe" $args
     else
         "$exe" $args
     fi

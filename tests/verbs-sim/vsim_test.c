@@ -218,9 +218,13 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* How long a wait may take before it is a hang, as in tests/mp
+ * (mpt_time_limit_ns): generous, for a loaded 2-core machine. */
+#define T_WAIT_MS 120000
+
 int t_wait_cqe(struct ibv_cq *cq, struct ibv_wc *wc)
 {
-	uint64_t deadline = now_ms() + 20000;
+	uint64_t deadline = now_ms() + T_WAIT_MS;
 	unsigned spins = 0;
 
 	for (;;) {
@@ -235,7 +239,7 @@ int t_wait_cqe(struct ibv_cq *cq, struct ibv_wc *wc)
 		/* Yield now and then: two cores run several processes. */
 		if (++spins % 1024 == 0) {
 			if (now_ms() > deadline) {
-				t_log("no completion within 20 s");
+				t_log("no completion within %d s", T_WAIT_MS / 1000);
 				return -1;
 			}
 			sched_yield();
@@ -245,11 +249,11 @@ int t_wait_cqe(struct ibv_cq *cq, struct ibv_wc *wc)
 
 int t_wait_bytes(const volatile void *p, const void *want, size_t n)
 {
-	uint64_t deadline = now_ms() + 20000;
+	uint64_t deadline = now_ms() + T_WAIT_MS;
 
 	while (memcmp((const void *)p, want, n)) {
 		if (now_ms() > deadline) {
-			t_log("data did not arrive within 20 s");
+			t_log("data did not arrive within %d s", T_WAIT_MS / 1000);
 			return -1;
 		}
 		sched_yield();

@@ -8,7 +8,7 @@
 # verified=yes when it is a jacobi run.
 srcdir=$(cd "$(dirname "$0")/../../.." && pwd)
 : "${MPIRUN:=mpirun}"
-: "${SPRUN_TIMEOUT:=300}"
+: "${SPRUN_TIMEOUT:=600}"
 name=$(basename "$1" .sprun)
 
 line=$(grep -E "^$name[[:space:]]" "$srcdir/integrations/starpu/tests/scenarios" | head -n 1)
