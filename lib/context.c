@@ -98,6 +98,8 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, in
     if (rc == DCHAN_SUCCESS)
         rc = ops->open(p);
     p->opened = rc == DCHAN_SUCCESS;
+    if (!p->opened && p->desc[0])
+        dchan_info(ctx, ops->name, "cannot open: %s", p->desc);
     if (p->opened && ctx->detect != DCHAN_DETECT_AUTO &&
         !(p->modes & DCHAN_MODE_BIT(ctx->detect))) {
         dchan_info(ctx, ops->name, "does not offer detection '%s' here",
