@@ -98,8 +98,12 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, in
     if (rc == DCHAN_SUCCESS)
         rc = ops->open(p);
     p->opened = rc == DCHAN_SUCCESS;
-    if (!p->opened && p->desc[0])
+    if (!p->opened && p->desc[0]) {
         dchan_info(ctx, ops->name, "cannot open: %s", p->desc);
+        size_t used = strlen(ctx->refusal);
+        snprintf(ctx->refusal + used, sizeof ctx->refusal - used, "%s%s: %s", used ? "; " : "",
+                 ops->name, p->desc);
+    }
     if (p->opened && ctx->detect != DCHAN_DETECT_AUTO &&
         !(p->modes & DCHAN_MODE_BIT(ctx->detect))) {
         dchan_info(ctx, ops->name, "does not offer detection '%s' here",
@@ -327,8 +331,8 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
                 dchan_info(ctx, word, "not usable: %s", dchan_strerror(rc));
         }
         if (!ctx->net) {
-            dchan_err(ctx, NULL, "none of the providers '%s' could be used (%s); see dchan_info",
-                      list, dchan_strerror(rc));
+            dchan_err(ctx, NULL, "none of the providers '%s' could be used (%s%s%s); see dchan_info",
+                      list, dchan_strerror(rc), ctx->refusal[0] ? "; " : "", ctx->refusal);
             return rc;
         }
         ctx->self = ctx->net;
@@ -362,9 +366,10 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         }
         if (!ctx->net) {
             dchan_err(ctx, NULL,
-                      "no provider can reach the other ranks%s%s (see dchan_info)",
+                      "no provider can reach the other ranks%s%s%s%s%s (see dchan_info)",
                       ctx->detect ? " with detection " : "",
-                      ctx->detect ? dchan_enum_word(DCHAN_PT_DETECT, ctx->detect) : "");
+                      ctx->detect ? dchan_enum_word(DCHAN_PT_DETECT, ctx->detect) : "",
+                      ctx->refusal[0] ? " (" : "", ctx->refusal, ctx->refusal[0] ? ")" : "");
             return rc;
         }
         rc = add_prov(ctx, ctx->net);

@@ -189,6 +189,8 @@ struct dchan_ctx {
     struct dchan_prov **route; /* per rank: the provider that serves it */
     uint64_t *host;            /* per rank: host identity */
     char prov_name[48];        /* what dchan_provider_name reports */
+    char refusal[256];         /* "name: why; ..." of the providers that could
+                                * not open here, for the error when none could */
     struct dchan_mem *mem;     /* dchan_alloc blocks, sorted by address */
     size_t nmem, mem_cap;
     struct dchan_prov *mem_prov; /* where they come from; NULL: the heap */

@@ -11,7 +11,8 @@
  *  - the stub is what the load found (it is loaded after dchan_init tried
  *    ofi, not before);
  *  - dchan_init asked for ofi alone fails with DCHAN_ERR_UNSUPPORTED, and
- *    again the same way (nothing is left half loaded);
+ *    again the same way (nothing is left half loaded), and its error line
+ *    (at the default log level) says why: a symbol the stub lacks;
  *  - dchan_init with the automatic choice works, and a channel of the
  *    process to itself delivers a message, checked byte by byte.
  * NOFABRIC_DIR, set by the build, is where the stub is.
@@ -90,10 +91,27 @@ int main(int argc, char **argv)
         return fails("%s: the stub libfabric is loaded before dchan_init", dir);
     dchan_ctx_t *ctx = NULL;
     for (int round = 0; round < 2; round++) {
+        /* What dchan_init logs goes to a file, then to our stderr. */
+        FILE *log = tmpfile();
+        int saved = dup(2);
+        char text[2048] = "";
+        if (!log || saved < 0 || dup2(fileno(log), 2) < 0)
+            return fails("%s", "cannot capture stderr");
         int rc = init("ofi", &ctx);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        rewind(log);
+        size_t n = fread(text, 1, sizeof text - 1, log);
+        text[n] = '\0';
+        fclose(log);
+        fputs(text, stderr);
         if (rc != DCHAN_ERR_UNSUPPORTED)
             return fails("dchan_init on ofi with the stub libfabric: %s, not DCHAN_ERR_UNSUPPORTED",
                          dchan_strerror(rc));
+        if (!strstr(text, "error: none of the providers 'ofi' could be used") ||
+            !strstr(text, "ofi: libfabric.so.1 has no fi_"))
+            return fails("%s", "dchan_init's error does not say why ofi could not open");
     }
     if (!stub_loaded(dir))
         return fails("%s: dchan_init on ofi did not load the stub libfabric.so.1", dir);
