@@ -74,6 +74,14 @@ static void prov_free(struct dchan_prov *p)
     free(p);
 }
 
+/* Adds "name: why" to what the error says when no provider can be used. */
+static void note_refusal(dchan_ctx_t *ctx, const char *name, const char *why)
+{
+    size_t used = strlen(ctx->refusal);
+    snprintf(ctx->refusal + used, sizeof ctx->refusal - used, "%s%s: %s", used ? "; " : "", name,
+             why);
+}
+
 /* Open one provider on every rank: local open, agreement, address exchange,
  * connect, agreement. Either every rank gets it or none does. */
 static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, int forced,
@@ -100,14 +108,15 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, in
     p->opened = rc == DCHAN_SUCCESS;
     if (!p->opened && p->desc[0]) {
         dchan_info(ctx, ops->name, "cannot open: %s", p->desc);
-        size_t used = strlen(ctx->refusal);
-        snprintf(ctx->refusal + used, sizeof ctx->refusal - used, "%s%s: %s", used ? "; " : "",
-                 ops->name, p->desc);
+        note_refusal(ctx, ops->name, p->desc);
     }
     if (p->opened && ctx->detect != DCHAN_DETECT_AUTO &&
         !(p->modes & DCHAN_MODE_BIT(ctx->detect))) {
-        dchan_info(ctx, ops->name, "does not offer detection '%s' here",
-                   dchan_enum_word(DCHAN_PT_DETECT, ctx->detect));
+        char why[64];
+        snprintf(why, sizeof why, "does not offer detection '%s' here",
+                 dchan_enum_word(DCHAN_PT_DETECT, ctx->detect));
+        dchan_info(ctx, ops->name, "%s", why);
+        note_refusal(ctx, ops->name, why);
         rc = DCHAN_ERR_UNSUPPORTED;
     }
 fail:
