@@ -1542,7 +1542,8 @@ int main(int argc, char **argv)
             char extra[64] = "";
             /* blocks= only where it is not 1, faces= only where it is not
              * the default, rounds= only with --modes, so that the line of
-             * a plain run stays the Fortran driver's. */
+             * a run with --faces pack (or not in dchan mode) stays the
+             * Fortran driver's. */
             if (o.blocks > 1)
                 snprintf(extra, sizeof extra, " blocks=%d", o.blocks);
             if (mode == MODE_DCHAN && o.faces == FACES_PACK)

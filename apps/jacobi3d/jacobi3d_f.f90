@@ -3,21 +3,28 @@
 ! jacobi3d_f: apps/jacobi3d/jacobi3d.c in Fortran, on the dchan module and
 ! MPI's mpi module. 7-point Jacobi sweeps for the Laplace equation on an
 ! NX x NY x NZ grid of unknowns with fixed values on the surrounding
-! boundary layer, split into PX x PY x PZ blocks, one per MPI rank; faces
-! packed into contiguous buffers (two per face, used on alternate
-! iterations) and received into per-face buffers that the sweep reads in
-! place; msg mode with MPI_Isend/MPI_Irecv, dchan mode with two channels per
-! face and neighbour, created once. (jacobi3d.c's dchan mode has moved to
-! one credited channel of depth 2 per face; this driver keeps the
-! first-round scheme, on dchan_create_handle, and computes the same doubles.)
+! boundary layer, split into PX x PY x PZ blocks, one per MPI rank. Each
+! iteration sweeps the interior of the block (the cells that read no
+! neighbour's face) while the faces are in flight, then the boundary layer
+! once they arrived, packing the next faces as it computes them.
+!   msg    MPI_Isend/MPI_Irecv of packed faces, two buffers per face
+!          (iterations alternate);
+!   dchan  one credited channel of depth 2 per face (--faces pack of the C
+!          program): the receiver's buffer holds two slots, the sweep reads
+!          the face where it landed (dchan_slot) and hands the slot back
+!          (dchan_ready); the sender packs straight into the neighbour's
+!          slot where the provider maps it here (dchan_put_ptr), else into
+!          the channel's send buffer, then puts;
+!   none   no exchange (the faces from neighbours read zeros): the compute
+!          floor of the same decomposition, not verified.
+! jacobi3d.c's --blocks, --modes and --faces subarray are not here.
 !
 ! Same flags, same stderr lines (prefixed jacobi3d_f) and the same RESULT
-! line as the C version, and the same floating-point operations in the same
-! order, so both print the same residual on the same problem
-! (lib/fortran/tests/jacobi-compare.sh checks): a drop-in for the C program
-! in apps/scaling/scaling-study. See jacobi3d.c for the design notes; the
-! comments here say where Fortran differs (run_dchan below for the dchan
-! scheme).
+! line as the C version with --faces pack, and the same floating-point
+! operations in the same order, so both print the same residual on the same
+! problem (lib/fortran/tests/jacobi-compare.sh checks): a drop-in for the C
+! program in apps/scaling/scaling-study. See jacobi3d.c for the design
+! notes; the comments here say where Fortran differs.
 !
 ! Arrays follow the C layout: the block u(k, j, i) (k along z fastest, as
 ! C's u[i][j][k]), faces as flat 1-based vectors with C's element order
@@ -30,14 +37,18 @@ program jacobi3d_f
 
   integer, parameter :: dp = c_double
   integer, parameter :: XLO = 0, XHI = 1, YLO = 2, YHI = 3, ZLO = 4, ZHI = 5, NFACES = 6
-  integer, parameter :: MODE_MSG = 0, MODE_DCHAN = 1
+  integer, parameter :: MODE_MSG = 0, MODE_DCHAN = 1, MODE_NONE = 2
   ! SENTINEL detection's out-of-band pattern, 0xfff4dc4a6e5e0bbb: a
   ! signalling NaN, which no arithmetic on finite values produces.
   integer(c_int64_t), parameter :: SENTINEL_OOB = -3135487483180101_c_int64_t
-  ! A face that does not arrive within this time means a broken peer.
+  ! A face that does not arrive within this time means a broken peer; so
+  ! does a slot that is not handed back (no credit) within it.
   integer(c_int), parameter :: WAIT_TIMEOUT_MS = 120000
   ! The parallel and serial runs must agree bit for bit (see jacobi3d.c).
   real(dp), parameter :: VERIFY_TOL = 0.0_dp
+  ! Slots per channel: a neighbour may put its face of iteration it+1
+  ! while this rank still sweeps with its face of iteration it.
+  integer(c_int), parameter :: DEPTH = 2
 
   type :: options_t
     integer :: grid(0:2) = [64, 64, 64]
@@ -53,6 +64,9 @@ program jacobi3d_f
     integer :: n(0:2), off(0:2), coord(0:2)
     integer :: nb(0:NFACES - 1)    ! neighbour across each face, -1 on the boundary
     integer :: fsize(0:NFACES - 1) ! doubles in each face
+    ! The interior box [lo, hi): the cells that read no exchanged face
+    ! (empty when lo == hi along an axis).
+    integer :: lo(0:2), hi(0:2)
   end type block_t
 
   ! A face buffer. Pointers, so that c_loc and MPI see one fixed address and
@@ -63,22 +77,26 @@ program jacobi3d_f
 
   type(options_t) :: o
   type(block_t) :: b
-  ! Buffers [face, parity]: outgoing faces, incoming faces read in place by
-  ! the sweep, fixed boundary values where nb(f) < 0.
+  ! msg: buffers [face, parity] of outgoing and incoming faces (none: the
+  ! zeros of recv(:, 0)); fixed boundary values where nb(f) < 0.
   type(buf_t) :: pack(0:NFACES - 1, 0:1), recv(0:NFACES - 1, 0:1), bface(0:NFACES - 1)
-  integer :: rreq(0:NFACES - 1, 0:1), sreq(0:NFACES - 1, 0:1) ! msg mode
-  integer :: nneigh = 0
-  ! dchan mode: receive and send handles, faces arrived per parity (counted
-  ! by the arrival callback through its arg), [rank, error] of the error
-  ! callback.
-  type(c_ptr) :: rh(0:NFACES - 1, 0:1) = c_null_ptr, sh(0:NFACES - 1, 0:1) = c_null_ptr
-  integer(c_int), target, volatile :: arrived(0:1) = 0
+  integer :: rreq(0:NFACES - 1, 0:1), sreq(0:NFACES - 1, 0:1)
+  ! dchan: per face, the receive handle, its DEPTH slots, the send handle
+  ! and its send buffer (both buffers from dchan_alloc, which the shm
+  ! provider maps into the neighbour), the arrivals so far (counted by the
+  ! arrival callback through its arg); [rank, error] of the error callback.
+  type(c_ptr) :: rh(0:NFACES - 1) = c_null_ptr, sh(0:NFACES - 1) = c_null_ptr
+  type(c_ptr) :: slots(0:NFACES - 1) = c_null_ptr, sbuf(0:NFACES - 1) = c_null_ptr
+  integer(c_int), target, volatile :: arrived(0:NFACES - 1) = 0
   integer(c_int), target, volatile :: err_state(0:1) = 0
   type(c_ptr) :: ctx = c_null_ptr
+  ! Time spent in the exchange (all of an iteration but the sweeps) during
+  ! the current pass, in seconds.
+  real(dp) :: comm = 0
 
   real(dp), pointer, contiguous :: u(:, :, :), v(:, :, :)
-  character(len=:), allocatable :: provider, verified, how
-  real(dp) :: elapsed = 0, res, slowest, sum_res, maxdiff, t0
+  character(len=:), allocatable :: provider, verified, how, extra
+  real(dp) :: elapsed = 0, res, slowest, sum_res, maxdiff, t0, share, sum_share
   integer :: my_rank, nranks, ierr, rc, f, p, pass, first, last, untimed, d
   logical :: failed, ok
 
@@ -93,6 +111,12 @@ program jacobi3d_f
       type(c_ptr), value :: h, arg
       integer(c_int), value :: rc
     end subroutine jacobi3d_f_on_error
+    ! With more ranks than cores, the neighbour a wait loop waits for
+    ! needs the core.
+    function sched_yield() bind(C, name='sched_yield')
+      import :: c_int
+      integer(c_int) :: sched_yield
+    end function sched_yield
   end interface
 
   call MPI_Init(ierr)
@@ -111,14 +135,16 @@ program jacobi3d_f
 
   call block_init(b, o%grid, o%procs, my_rank)
   do f = 0, NFACES - 1
-    if (b%nb(f) >= 0) then
-      nneigh = nneigh + 1
+    if (b%nb(f) < 0) then
+      allocate (bface(f)%a(b%fsize(f)))
+      call fill_boundary_face(b, o%grid, f, bface(f)%a)
+    else if (o%mode == MODE_MSG) then
       do p = 0, 1
         allocate (pack(f, p)%a(b%fsize(f)), recv(f, p)%a(b%fsize(f)))
       end do
-    else
-      allocate (bface(f)%a(b%fsize(f)))
-      call fill_boundary_face(b, o%grid, f, bface(f)%a)
+    else if (o%mode == MODE_NONE) then
+      allocate (recv(f, 0)%a(b%fsize(f)))
+      recv(f, 0)%a = 0
     end if
   end do
   rreq = MPI_REQUEST_NULL
@@ -127,20 +153,21 @@ program jacobi3d_f
   u = 0
   v = 0
 
-  provider = 'mpi'
+  provider = trim(merge('none', 'mpi ', o%mode == MODE_NONE))
   if (o%mode == MODE_DCHAN) call start_dchan()
   if (my_rank == 0) then
     how = ''
     if (o%mode == MODE_DCHAN) then
       d = -1
       do f = 0, NFACES - 1
-        if (d < 0 .and. c_associated(rh(f, 0))) d = dchan_handle_detect(rh(f, 0))
+        if (d < 0 .and. c_associated(rh(f))) d = dchan_handle_detect(rh(f))
       end do
       if (d >= 0) then
         how = ', provider ' // provider // ', detection ' // detect_name(d)
       else
         how = ', provider ' // provider // ', detection none (no neighbours)'
       end if
+      how = how // ', faces packed'
     end if
     write (error_unit, '(a)') 'jacobi3d_f: grid ' // triple(o%grid) // ' on ' // itoa(nranks) // ' ranks (' &
       // triple(o%procs) // '), ' // itoa(o%iters) // ' iterations, mode ' // mode_name(o%mode) // how
@@ -155,21 +182,26 @@ program jacobi3d_f
     first = merge(untimed, 0, pass == 1)
     last = merge(o%iters, 1, pass == 1)
     if (pass == 1) call MPI_Barrier(MPI_COMM_WORLD, ierr)
+    comm = 0
     t0 = MPI_Wtime()
-    if (o%mode == MODE_MSG) then
-      res = run_msg(first, last, o%iters)
-    else
-      res = run_dchan(first, last, o%iters)
-    end if
+    res = res + run(first, last, o%iters)
     elapsed = MPI_Wtime() - t0
   end do
+  share = 0
+  if (elapsed > 0) share = comm / elapsed
   call MPI_Reduce(elapsed, slowest, 1, MPI_DOUBLE_PRECISION, MPI_MAX, 0, MPI_COMM_WORLD, ierr)
+  call MPI_Reduce(share, sum_share, 1, MPI_DOUBLE_PRECISION, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
   call MPI_Allreduce(res, sum_res, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
 
   verified = 'skipped'
   maxdiff = 0
   failed = .false.
-  if (o%verify) then
+  if (o%verify .and. o%mode == MODE_NONE) then
+    if (my_rank == 0) then
+      write (error_unit, '(a)') 'jacobi3d_f: --mode none exchanges no faces: not verified'
+      flush (error_unit)
+    end if
+  else if (o%verify) then
     ok = verify_grid(maxdiff)
     verified = merge('yes', 'no ', ok)
     verified = trim(verified)
@@ -181,10 +213,13 @@ program jacobi3d_f
     end if
   end if
   if (my_rank == 0) then
+    extra = ''
+    if (o%mode == MODE_DCHAN) extra = ' faces=pack'
     write (output_unit, '(a)') 'RESULT app=jacobi3d provider=' // provider // ' mode=' // mode_name(o%mode) // &
-      ' ranks=' // itoa(nranks) // ' grid=' // triple(o%grid) // ' procs=' // triple(o%procs) // &
+      ' ranks=' // itoa(nranks) // ' grid=' // triple(o%grid) // ' procs=' // triple(o%procs) // extra // &
       ' iters=' // itoa(o%iters) // ' iter_time_s=' // c_e(slowest / (o%iters - untimed), 6) // &
-      ' residual=' // c_e(sqrt(sum_res), 6) // ' verified=' // verified
+      ' comm_share=' // c_f3(sum_share / nranks) // ' residual=' // c_e(sqrt(sum_res), 6) // &
+      ' verified=' // verified
     flush (output_unit)
   end if
 
@@ -209,6 +244,7 @@ program jacobi3d_f
   if (allocated(provider)) deallocate (provider)
   if (allocated(verified)) deallocate (verified)
   if (allocated(how)) deallocate (how)
+  if (allocated(extra)) deallocate (extra)
   call MPI_Finalize(ierr)
   if (failed) stop 1, quiet=.true.
 
@@ -285,8 +321,27 @@ contains
     integer, intent(in) :: m
     character(len=:), allocatable :: mode_name
 
-    mode_name = trim(merge('msg  ', 'dchan', m == MODE_MSG))
+    select case (m)
+    case (MODE_MSG)
+      mode_name = 'msg'
+    case (MODE_NONE)
+      mode_name = 'none'
+    case default
+      mode_name = 'dchan'
+    end select
   end function mode_name
+
+  ! x in [0, 1] as C's printf("%.3f") writes it (Fortran's F0.3 drops the
+  ! leading zero).
+  function c_f3(x)
+    real(dp), intent(in) :: x
+    character(len=:), allocatable :: c_f3
+    character(len=32) :: s
+
+    write (s, '(f0.3)') x
+    c_f3 = trim(adjustl(s))
+    if (c_f3(1:1) == '.') c_f3 = '0' // c_f3
+  end function c_f3
 
   function detect_name(dd)
     integer, intent(in) :: dd
@@ -353,6 +408,12 @@ contains
     bl%fsize(XLO:XHI) = bl%n(1) * bl%n(2)
     bl%fsize(YLO:YHI) = bl%n(0) * bl%n(2)
     bl%fsize(ZLO:ZHI) = bl%n(0) * bl%n(1)
+    ! Cells next to an exchanged face wait for it; those next to the fixed
+    ! boundary do not.
+    do dd = 0, 2
+      bl%lo(dd) = merge(1, 0, bl%nb(2 * dd) >= 0)
+      bl%hi(dd) = max(bl%lo(dd), bl%n(dd) - merge(1, 0, bl%nb(2 * dd + 1) >= 0))
+    end do
   end subroutine block_init
 
   subroutine fill_boundary_face(bl, grid, ff, face)
@@ -420,26 +481,36 @@ contains
     end select
   end subroutine pack_face
 
-  ! One Jacobi sweep, vv = mean of the six neighbours of uu, values outside
-  ! the block from face(:) (a neighbour's face as received, or the fixed
-  ! boundary). Returns the sum of the squared updates when want_res is set.
-  ! The same additions in the same order as jacobi3d.c's sweep().
-  function sweep(bl, uu, vv, face, want_res) result(r)
+  ! One Jacobi update, vv = mean of the six neighbours of uu, on the cells
+  ! [lo, hi) of the block. Values outside the block come from face(:) (a
+  ! neighbour's face as received, or the fixed boundary); a face is read
+  ! only by the cells next to it, so the interior box may leave the faces
+  ! still in flight unassociated. Every cell gets the same expression in any
+  ! box, so a sweep split into boxes equals one sweep of the whole block,
+  ! and the serial reference (the whole grid as one box) equals both: the
+  ! same additions in the same order as jacobi3d.c's sweep_box().
+  !
+  ! Where out(f) is associated, the new values of the plane next to face f
+  ! are also stored there, in pack_face's layout, as each row is computed:
+  ! the pack of the next iteration's face, fused into the sweep.
+  subroutine sweep_box(bl, uu, vv, face, out, lo, hi)
     type(block_t), intent(in) :: bl
     real(dp), intent(in), target, contiguous :: uu(0:, 0:, 0:)
-    real(dp), intent(out), contiguous :: vv(0:, 0:, 0:)
-    type(buf_t), intent(in) :: face(0:NFACES - 1)
-    logical, intent(in) :: want_res
-    real(dp) :: r
+    real(dp), intent(inout), contiguous :: vv(0:, 0:, 0:)
+    type(buf_t), intent(in) :: face(0:NFACES - 1), out(0:NFACES - 1)
+    integer, intent(in) :: lo(0:2), hi(0:2)
     real(dp), pointer, contiguous :: xm(:), xp(:), ym(:), yp(:)
-    integer :: i, j, nx, ny, nz
+    real(dp) :: zm, zp
+    integer :: i, j, k0, k1, nx, ny, nz
 
     nx = bl%n(0)
     ny = bl%n(1)
     nz = bl%n(2)
-    r = 0
-    do i = 0, nx - 1
-      do j = 0, ny - 1
+    k0 = lo(2)
+    k1 = hi(2)
+    if (k0 >= k1) return
+    do i = lo(0), hi(0) - 1
+      do j = lo(1), hi(1) - 1
         if (i > 0) then
           xm => uu(:, j, i - 1)
         else
@@ -460,55 +531,88 @@ contains
         else
           yp => face(YHI)%a(i * nz + 1:(i + 1) * nz)
         end if
-        call sweep_row(nz, xm, xp, ym, yp, face(ZLO)%a(i * ny + j + 1), face(ZHI)%a(i * ny + j + 1), &
-                       uu(:, j, i), vv(:, j, i), want_res, r)
+        ! The z faces only where the row's ends are in the box.
+        zm = 0
+        zp = 0
+        if (k0 == 0) zm = face(ZLO)%a(i * ny + j + 1)
+        if (k1 == nz) zp = face(ZHI)%a(i * ny + j + 1)
+        call sweep_row(nz, k0, k1, xm, xp, ym, yp, zm, zp, uu(:, j, i), vv(:, j, i))
+        if (i == 0 .and. associated(out(XLO)%a)) &
+          out(XLO)%a(j * nz + k0 + 1:j * nz + k1) = vv(k0:k1 - 1, j, i)
+        if (i == nx - 1 .and. associated(out(XHI)%a)) &
+          out(XHI)%a(j * nz + k0 + 1:j * nz + k1) = vv(k0:k1 - 1, j, i)
+        if (j == 0 .and. associated(out(YLO)%a)) &
+          out(YLO)%a(i * nz + k0 + 1:i * nz + k1) = vv(k0:k1 - 1, j, i)
+        if (j == ny - 1 .and. associated(out(YHI)%a)) &
+          out(YHI)%a(i * nz + k0 + 1:i * nz + k1) = vv(k0:k1 - 1, j, i)
+        if (k0 == 0 .and. associated(out(ZLO)%a)) out(ZLO)%a(i * ny + j + 1) = vv(0, j, i)
+        if (k1 == nz .and. associated(out(ZHI)%a)) out(ZHI)%a(i * ny + j + 1) = vv(nz - 1, j, i)
       end do
     end do
-  end function sweep
+  end subroutine sweep_box
 
-  ! One row along z: the two ends read the z faces, the middle is a
-  ! branch-free loop the compiler can vectorise.
-  subroutine sweep_row(nz, xm, xp, ym, yp, zm, zp, c, out, want_res, r)
-    integer, intent(in) :: nz
+  ! Cells [k0, k1) of one row along z: the two ends read the z faces (zm,
+  ! zp), the middle is a branch-free loop the compiler can vectorise.
+  subroutine sweep_row(nz, k0, k1, xm, xp, ym, yp, zm, zp, c, out)
+    integer, intent(in) :: nz, k0, k1
     real(dp), intent(in) :: xm(0:nz - 1), xp(0:nz - 1), ym(0:nz - 1), yp(0:nz - 1), c(0:nz - 1)
     real(dp), intent(in) :: zm, zp
-    real(dp), intent(out) :: out(0:nz - 1)
-    logical, intent(in) :: want_res
-    real(dp), intent(inout) :: r
+    real(dp), intent(inout) :: out(0:nz - 1)
     real(dp), parameter :: sixth = 1.0_dp / 6.0_dp
-    integer :: k
+    real(dp) :: zr
+    integer :: k, kfirst
 
-    if (nz == 1) then
-      out(0) = (((xm(0) + xp(0)) + (ym(0) + yp(0))) + (zm + zp)) * sixth
-    else
-      out(0) = (((xm(0) + xp(0)) + (ym(0) + yp(0))) + (zm + c(1))) * sixth
-      do k = 1, nz - 2
-        out(k) = (((xm(k) + xp(k)) + (ym(k) + yp(k))) + (c(k - 1) + c(k + 1))) * sixth
-      end do
+    kfirst = k0
+    if (k0 == 0) then
+      zr = zp
+      if (nz > 1) zr = c(1)
+      out(0) = (((xm(0) + xp(0)) + (ym(0) + yp(0))) + (zm + zr)) * sixth
+      kfirst = 1
+    end if
+    do k = kfirst, min(k1, nz - 1) - 1
+      out(k) = (((xm(k) + xp(k)) + (ym(k) + yp(k))) + (c(k - 1) + c(k + 1))) * sixth
+    end do
+    if (k1 == nz .and. nz > 1) &
       out(nz - 1) = (((xm(nz - 1) + xp(nz - 1)) + (ym(nz - 1) + yp(nz - 1))) + (c(nz - 2) + zp)) * sixth
-    end if
-    if (want_res) then
-      do k = 0, nz - 1
-        r = r + (out(k) - c(k)) * (out(k) - c(k))
-      end do
-    end if
   end subroutine sweep_row
 
-  ! ---- communication -------------------------------------------------------
+  ! Everything outside the interior box, as up to six disjoint boxes: the x
+  ! slabs, then the y slabs between them, then the z ends of the rows left;
+  ! packing the next faces into out.
+  subroutine sweep_boundary(face, out)
+    type(buf_t), intent(in) :: face(0:NFACES - 1), out(0:NFACES - 1)
+    integer :: dd, e, lo(0:2), hi(0:2)
 
-  subroutine faces_of(pp, face)
-    integer, intent(in) :: pp
-    type(buf_t), intent(out) :: face(0:NFACES - 1)
-    integer :: ff
-
-    do ff = 0, NFACES - 1
-      if (b%nb(ff) >= 0) then
-        face(ff)%a => recv(ff, pp)%a
-      else
-        face(ff)%a => bface(ff)%a
-      end if
+    do dd = 0, 2
+      do e = 0, 2
+        lo(e) = merge(b%lo(e), 0, e < dd)
+        hi(e) = merge(b%hi(e), b%n(e), e < dd)
+      end do
+      hi(dd) = b%lo(dd)
+      call sweep_box(b, u, v, face, out, lo, hi)
+      lo(dd) = b%hi(dd)
+      hi(dd) = b%n(dd)
+      call sweep_box(b, u, v, face, out, lo, hi)
     end do
-  end subroutine faces_of
+  end subroutine sweep_boundary
+
+  ! Sum of the squared updates v - u over the block, in memory order, as
+  ! jacobi3d.c's residual().
+  function residual() result(r)
+    real(dp) :: r
+    integer :: i, j, k
+
+    r = 0
+    do i = 0, b%n(0) - 1
+      do j = 0, b%n(1) - 1
+        do k = 0, b%n(2) - 1
+          r = r + (v(k, j, i) - u(k, j, i)) * (v(k, j, i) - u(k, j, i))
+        end do
+      end do
+    end do
+  end function residual
+
+  ! ---- communication -------------------------------------------------------
 
   subroutine swap_uv()
     real(dp), pointer, contiguous :: t(:, :, :)
@@ -518,58 +622,266 @@ contains
     v => t
   end subroutine swap_uv
 
-  ! Iterations [first, last) of iters; returns the squared update of the
-  ! last iteration (0 when it is not among these). Tag = the sender's face;
-  ! MPI's non-overtaking rule keeps consecutive iterations in order.
-  function run_msg(first, last, iters) result(r)
-    integer, intent(in) :: first, last, iters
-    real(dp) :: r
-    type(buf_t) :: face(0:NFACES - 1)
-    integer :: it, pp, ff
+  ! Dies on an error from dchan_progress/dchan_wait or one reported on a
+  ! channel (jacobi3d_f_on_error).
+  subroutine check_progress(code, what)
+    integer(c_int), intent(in) :: code
+    character(len=*), intent(in) :: what
 
-    r = 0
-    if (first == 0) then
-      do ff = 0, NFACES - 1
-        if (b%nb(ff) >= 0) call MPI_Irecv(recv(ff, 0)%a, b%fsize(ff), MPI_DOUBLE_PRECISION, b%nb(ff), &
-                                          ieor(ff, 1), MPI_COMM_WORLD, rreq(ff, 0), ierr)
-      end do
+    if (code < 0) call die_dchan(what, code)
+    if (err_state(1) /= 0) call die_dchan('channel', err_state(1))
+  end subroutine check_progress
+
+  ! One more round of a wait loop on a neighbour (credit, a put's local
+  ! completion): progress, and after a while give the core away, until the
+  ! timeout. spins and deadline start at 0.
+  subroutine wait_round(spins, deadline, what)
+    integer, intent(inout) :: spins
+    real(dp), intent(inout) :: deadline
+    character(len=*), intent(in) :: what
+    integer(c_int) :: code
+
+    call check_progress(dchan_progress(ctx), what)
+    spins = spins + 1
+    if (spins < 64) return
+    if (spins == 64) then
+      deadline = MPI_Wtime() + WAIT_TIMEOUT_MS / 1000.0_dp
+    else if (MPI_Wtime() > deadline) then
+      call die(what)
     end if
-    do it = first, last - 1
-      pp = iand(it, 1)
-      ! The sends of iteration it-2 read pack(:, pp); they must be done.
-      call MPI_Waitall(NFACES, sreq(:, pp), MPI_STATUSES_IGNORE, ierr)
-      do ff = 0, NFACES - 1
-        if (b%nb(ff) < 0) cycle
-        call pack_face(b, u, ff, pack(ff, pp)%a)
+    code = sched_yield()
+  end subroutine wait_round
+
+  ! msg: posts the receives of iteration it into recv(:, parity), last
+  ! read by the sweep of iteration it-2. Tag = the sender's face; MPI's
+  ! non-overtaking rule keeps consecutive iterations in order.
+  subroutine msg_post(it)
+    integer, intent(in) :: it
+    integer :: ff, pp
+
+    pp = iand(it, 1)
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) >= 0) call MPI_Irecv(recv(ff, pp)%a, b%fsize(ff), MPI_DOUBLE_PRECISION, b%nb(ff), &
+                                        ieor(ff, 1), MPI_COMM_WORLD, rreq(ff, pp), ierr)
+    end do
+  end subroutine msg_post
+
+  ! dchan: where to pack the next face on send handle h (fsize doubles):
+  ! the neighbour's slot itself where it is mapped here (shm with slots
+  ! from dchan_alloc; never under SENTINEL detection, whose tail written in
+  ! place would announce the face early), else h's send buffer, which
+  ! dchan_put copies into the slot. Without credit (the neighbour has not
+  ! handed the slot back yet) this drives progress until the credit comes;
+  ! see run's comment.
+  function face_target(h, fsize) result(p)
+    type(c_ptr), intent(in) :: h
+    integer, intent(in) :: fsize
+    real(dp), pointer, contiguous :: p(:)
+    type(c_ptr) :: at
+    integer(c_int) :: code
+    integer :: spins
+    real(dp) :: deadline
+
+    spins = 0
+    deadline = 0
+    do
+      code = dchan_put_ptr(h, at)
+      if (code /= DCHAN_ERR_AGAIN) exit
+      call wait_round(spins, deadline, 'waiting for credit: a neighbour did not hand back its slot')
+    end do
+    if (code /= DCHAN_SUCCESS) call die_dchan('dchan_put_ptr', code)
+    call c_f_pointer(at, p, [fsize])
+  end function face_target
+
+  ! Where the faces of iteration it are packed (those with a neighbour):
+  ! msg's pack(:, parity), once the sends of iteration it-2 from there are
+  ! done; dchan's face_target.
+  subroutine pack_targets(it, out)
+    integer, intent(in) :: it
+    type(buf_t), intent(out) :: out(0:NFACES - 1)
+    integer :: ff, pp
+
+    pp = iand(it, 1)
+    if (o%mode == MODE_MSG) call MPI_Waitall(NFACES, sreq(:, pp), MPI_STATUSES_IGNORE, ierr)
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) < 0) cycle
+      if (o%mode == MODE_MSG) then
+        out(ff)%a => pack(ff, pp)%a
+      else
+        out(ff)%a => face_target(sh(ff), b%fsize(ff))
+      end if
+    end do
+  end subroutine pack_targets
+
+  ! Sends the faces of iteration it, packed where pack_targets said.
+  subroutine send_faces(it)
+    integer, intent(in) :: it
+    integer :: ff, pp, spins
+    integer(c_int) :: code
+    real(dp) :: deadline
+
+    pp = iand(it, 1)
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) < 0) cycle
+      if (o%mode == MODE_MSG) then
         call MPI_Isend(pack(ff, pp)%a, b%fsize(ff), MPI_DOUBLE_PRECISION, b%nb(ff), ff, &
                        MPI_COMM_WORLD, sreq(ff, pp), ierr)
-      end do
-      ! Pre-post the next iteration's receives: recv(:, 1-pp) was consumed
-      ! by the sweep of iteration it-1.
-      if (it + 1 < iters) then
-        do ff = 0, NFACES - 1
-          if (b%nb(ff) >= 0) call MPI_Irecv(recv(ff, 1 - pp)%a, b%fsize(ff), MPI_DOUBLE_PRECISION, &
-                                            b%nb(ff), ieor(ff, 1), MPI_COMM_WORLD, rreq(ff, 1 - pp), ierr)
-        end do
+        cycle
       end if
-      call MPI_Waitall(NFACES, rreq(:, pp), MPI_STATUSES_IGNORE, ierr)
-      call faces_of(pp, face)
-      r = sweep(b, u, v, face, it == iters - 1)
+      ! face_target took the credit; the loop is for a put without one.
+      spins = 0
+      deadline = 0
+      do
+        code = dchan_put(sh(ff))
+        if (code /= DCHAN_ERR_AGAIN) exit
+        call wait_round(spins, deadline, 'waiting for credit: a neighbour did not hand back its slot')
+      end do
+      if (code /= DCHAN_SUCCESS) call die_dchan('dchan_put', code)
+    end do
+  end subroutine send_faces
+
+  ! Whether a face of iteration it (counted from 0 since the channels were
+  ! created) is still missing.
+  logical function faces_missing(it)
+    integer, intent(in) :: it
+    integer :: ff
+
+    faces_missing = .false.
+    do ff = 0, NFACES - 1
+      if (c_associated(rh(ff)) .and. arrived(ff) <= it) faces_missing = .true.
+    end do
+  end function faces_missing
+
+  ! Waits for the faces of iteration it and says where they are.
+  subroutine wait_faces(it, face)
+    integer, intent(in) :: it
+    type(buf_t), intent(out) :: face(0:NFACES - 1)
+    integer :: ff, pp
+    integer(c_int) :: code
+    type(c_ptr) :: at
+
+    pp = iand(it, 1)
+    if (o%mode == MODE_MSG) call MPI_Waitall(NFACES, rreq(:, pp), MPI_STATUSES_IGNORE, ierr)
+    ! Callbacks (jacobi3d_f_on_arrival) run only inside our dchan_wait and
+    ! dchan_progress calls.
+    if (o%mode == MODE_DCHAN) then
+      do while (faces_missing(it))
+        call check_progress(dchan_wait(ctx, WAIT_TIMEOUT_MS), 'waiting for neighbour faces')
+      end do
+    end if
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) < 0) then
+        face(ff)%a => bface(ff)%a
+      else if (o%mode == MODE_MSG) then
+        face(ff)%a => recv(ff, pp)%a
+      else if (o%mode == MODE_NONE) then
+        face(ff)%a => recv(ff, 0)%a
+      else
+        code = dchan_slot(rh(ff), at)
+        if (code /= DCHAN_SUCCESS) call die_dchan('dchan_slot', code)
+        call c_f_pointer(at, face(ff)%a, [b%fsize(ff)])
+      end if
+    end do
+  end subroutine wait_faces
+
+  ! dchan: done with the slots of this iteration: hand them back.
+  subroutine release_faces()
+    integer :: ff
+    integer(c_int) :: code
+
+    do ff = 0, NFACES - 1
+      if (.not. c_associated(rh(ff))) cycle
+      code = dchan_ready(rh(ff))
+      if (code /= DCHAN_SUCCESS) call die_dchan('dchan_ready', code)
+    end do
+  end subroutine release_faces
+
+  ! Iterations [first, last) of iters; returns the squared update of the
+  ! last iteration (0 when it is not among these) and adds the time spent
+  ! in the exchange to comm. As jacobi3d.c's run() for one block:
+  !   - (msg) posts the receives of iteration it+1;
+  !   - sweeps the interior, which reads no exchanged face, while the faces
+  !     of iteration it are in flight;
+  !   - waits for the faces of iteration it and finds where to pack those
+  !     of iteration it+1 (msg's pack buffer of that parity; dchan_put_ptr's
+  !     target);
+  !   - sweeps the boundary layer, packing as it goes (the planes sent are
+  !     all next to an exchanged face, so in the boundary layer);
+  !   - (dchan) hands the slots back (dchan_ready), then sends: MPI_Isend or
+  !     dchan_put.
+  ! Only iteration 0 packs apart (the initial values).
+  !
+  ! dchan: the n-th put on a face lands in slot n mod 2, and the sender may
+  ! put only into a slot the receiver handed back: the library enforces the
+  ! credit, so a put never overwrites a slot this rank still reads. It
+  ! almost never makes a rank wait: the face of iteration it+1 goes into
+  ! the slot that held iteration it-1's, which the neighbour handed back
+  ! before it put its face of iteration it, which this rank waited for just
+  ! before. (Without credit and depth, a neighbour could put its face of
+  ! it+1 as soon as it has this rank's face of it, while this rank still
+  ! sweeps with the neighbour's face of it: the first version of this
+  ! program used two channels per face, on alternate iterations.)
+  function run(first, last, iters) result(r)
+    integer, intent(in) :: first, last, iters
+    real(dp) :: r
+    type(buf_t) :: face(0:NFACES - 1), out(0:NFACES - 1), nowhere(0:NFACES - 1)
+    integer :: it, ff
+    logical :: more, exchange
+    real(dp) :: t
+
+    r = 0
+    exchange = o%mode /= MODE_NONE
+    do it = first, last - 1
+      more = it + 1 < iters ! is there a next iteration to send for
+      t = MPI_Wtime()
+      if (o%mode == MODE_MSG) then
+        if (it == 0) call msg_post(0)
+        if (more) call msg_post(it + 1)
+      end if
+      if (it == 0 .and. exchange) then
+        call pack_targets(0, out)
+        do ff = 0, NFACES - 1
+          if (associated(out(ff)%a)) call pack_face(b, u, ff, out(ff)%a)
+        end do
+        call send_faces(0)
+      end if
+      if (exchange) comm = comm + (MPI_Wtime() - t)
+      ! The interior: the fixed faces, none of those in flight.
+      do ff = 0, NFACES - 1
+        face(ff)%a => bface(ff)%a
+      end do
+      call sweep_box(b, u, v, face, nowhere, b%lo, b%hi)
+      t = MPI_Wtime()
+      call wait_faces(it, face)
+      if (more .and. exchange) then
+        call pack_targets(it + 1, out)
+      else
+        out = nowhere
+      end if
+      if (exchange) comm = comm + (MPI_Wtime() - t)
+      call sweep_boundary(face, out)
+      t = MPI_Wtime()
+      if (o%mode == MODE_DCHAN) call release_faces()
+      if (more .and. exchange) call send_faces(it + 1)
+      if (exchange) comm = comm + (MPI_Wtime() - t)
+      if (it == iters - 1) r = residual()
       call swap_uv()
     end do
-    if (last == iters) then
+    if (last == iters .and. o%mode == MODE_MSG) then
       call MPI_Waitall(NFACES, sreq(:, 0), MPI_STATUSES_IGNORE, ierr)
       call MPI_Waitall(NFACES, sreq(:, 1), MPI_STATUSES_IGNORE, ierr)
     end if
-  end function run_msg
+  end function run
 
-  ! dchan_init with the options' detection and the error callback, then
-  ! both channel sets; wires travel by MPI, once.
+  ! dchan_init with the options' detection and the error callback, then one
+  ! credited channel of depth DEPTH per face; wires travel by MPI, once.
   subroutine start_dchan()
     type(dchan_attr_t) :: attr
-    type(dchan_wire_t), target :: mine(0:NFACES - 1, 0:1), theirs(0:NFACES - 1, 0:1)
-    integer :: req(4 * NFACES), nreq, ff, pp
+    type(dchan_handle_attr_t) :: hattr
+    type(dchan_wire_t), target :: mine(0:NFACES - 1), theirs(0:NFACES - 1)
+    integer :: req(2 * NFACES), nreq, ff
     integer(c_int) :: code
+    integer(c_size_t) :: bytes
 
     call dchan_attr_init(attr)
     if (o%detect >= 0) attr%detect = o%detect
@@ -591,35 +903,40 @@ contains
     end if
     provider = dchan_provider_name_f(ctx)
 
+    call dchan_handle_attr_init(hattr)
+    hattr%credit = 1
+    hattr%depth = DEPTH
     nreq = 0
-    do pp = 0, 1
-      do ff = 0, NFACES - 1
-        if (b%nb(ff) < 0) cycle
-        code = dchan_create_handle(ctx, b%nb(ff), c_loc(recv(ff, pp)%a), 8_c_size_t * b%fsize(ff), &
-                                   SENTINEL_OOB, c_funloc(jacobi3d_f_on_arrival), c_loc(arrived(pp)), &
-                                   rh(ff, pp))
-        if (code == DCHAN_SUCCESS) code = dchan_handle_export(rh(ff, pp), mine(ff, pp))
-        if (code /= DCHAN_SUCCESS) call die_dchan('dchan_create_handle', code)
-        nreq = nreq + 1
-        call MPI_Isend(mine(ff, pp)%bytes, DCHAN_WIRE_SIZE, MPI_BYTE, b%nb(ff), 2 * ff + pp, &
-                       MPI_COMM_WORLD, req(nreq), ierr)
-        nreq = nreq + 1
-        call MPI_Irecv(theirs(ff, pp)%bytes, DCHAN_WIRE_SIZE, MPI_BYTE, b%nb(ff), 2 * ieor(ff, 1) + pp, &
-                       MPI_COMM_WORLD, req(nreq), ierr)
-      end do
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) < 0) cycle
+      bytes = 8_c_size_t * b%fsize(ff)
+      code = dchan_alloc(ctx, bytes, sbuf(ff))
+      if (code == DCHAN_SUCCESS) code = dchan_alloc(ctx, DEPTH * bytes, slots(ff))
+      if (code /= DCHAN_SUCCESS) call die_dchan('dchan_alloc', code)
+      code = dchan_create_handle_attr(ctx, b%nb(ff), slots(ff), bytes, SENTINEL_OOB, &
+                                      c_funloc(jacobi3d_f_on_arrival), c_loc(arrived(ff)), hattr, rh(ff))
+      if (code == DCHAN_ERR_UNSUPPORTED) &
+        call die('dchan_create_handle_attr: the provider serving a neighbour offers no credited channels, ' &
+                 // 'which dchan mode needs')
+      if (code == DCHAN_SUCCESS) code = dchan_handle_export(rh(ff), mine(ff))
+      if (code /= DCHAN_SUCCESS) call die_dchan('dchan_create_handle_attr', code)
+      nreq = nreq + 1
+      call MPI_Isend(mine(ff)%bytes, DCHAN_WIRE_SIZE, MPI_BYTE, b%nb(ff), ff, MPI_COMM_WORLD, req(nreq), ierr)
+      ! The wire of the neighbour's channel for the opposite face: this
+      ! rank's face ff goes there.
+      nreq = nreq + 1
+      call MPI_Irecv(theirs(ff)%bytes, DCHAN_WIRE_SIZE, MPI_BYTE, b%nb(ff), ieor(ff, 1), MPI_COMM_WORLD, &
+                     req(nreq), ierr)
     end do
     call MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE, ierr)
-    do pp = 0, 1
-      do ff = 0, NFACES - 1
-        if (b%nb(ff) < 0) cycle
-        code = dchan_assoc_local(ctx, theirs(ff, pp), c_loc(pack(ff, pp)%a), 8_c_size_t * b%fsize(ff), &
-                                 sh(ff, pp))
-        if (code /= DCHAN_SUCCESS) call die_dchan('dchan_assoc_local', code)
-      end do
+    do ff = 0, NFACES - 1
+      if (b%nb(ff) < 0) cycle
+      code = dchan_assoc_local(ctx, theirs(ff), sbuf(ff), 8_c_size_t * b%fsize(ff), sh(ff))
+      if (code /= DCHAN_SUCCESS) call die_dchan('dchan_assoc_local', code)
     end do
   end subroutine start_dchan
 
-  ! Waits until the last put from a pack buffer no longer reads it.
+  ! Waits until the last put from a send buffer no longer reads it.
   subroutine wait_put_done(h)
     type(c_ptr), intent(in) :: h
     integer(c_int) :: code
@@ -631,70 +948,24 @@ contains
     if (code < 0) call die_dchan('dchan_put_test', code)
   end subroutine wait_put_done
 
-  ! The two-channel scheme (jacobi3d.c's run_dchan() before it moved to
-  ! credited channels): in iteration it (parity pp) put on the parity-pp
-  ! channels, wait for the parity-pp faces, sweep, then re-arm the
-  ! parity-pp receive handles. A neighbour puts into the same buffer again
-  ! only in iteration it+2, which needs this rank's face of it+1, sent only
-  ! after the re-arm: one put per armed period with no barrier. (One
-  ! channel per face would not do: a neighbour may put its face of it+1 as
-  ! soon as it has this rank's face of it, while this rank still sweeps
-  ! with the neighbour's face of it.)
-  function run_dchan(first, last, iters) result(r)
-    integer, intent(in) :: first, last, iters
-    real(dp) :: r
-    type(buf_t) :: face(0:NFACES - 1)
-    integer :: it, pp, ff
-    integer(c_int) :: code
-
-    r = 0
-    do it = first, last - 1
-      pp = iand(it, 1)
-      do ff = 0, NFACES - 1
-        if (.not. c_associated(sh(ff, pp))) cycle
-        call wait_put_done(sh(ff, pp))
-        call pack_face(b, u, ff, pack(ff, pp)%a)
-        code = dchan_put(sh(ff, pp))
-        if (code /= DCHAN_SUCCESS) call die_dchan('dchan_put', code)
-      end do
-      ! Faces of iteration it+1 may arrive too (neighbours ahead of us):
-      ! they count into the other parity's counter.
-      do while (arrived(pp) < nneigh)
-        code = dchan_wait(ctx, WAIT_TIMEOUT_MS)
-        if (code < 0) call die_dchan('waiting for neighbour faces', code)
-        if (err_state(1) /= 0) call die_dchan('channel', err_state(1))
-      end do
-      call faces_of(pp, face)
-      r = sweep(b, u, v, face, it == iters - 1)
-      ! Done with recv(:, pp): reset the count, then re-arm. Callbacks run
-      ! only inside our own dchan_wait, so the order is safe.
-      arrived(pp) = 0
-      do ff = 0, NFACES - 1
-        if (.not. c_associated(rh(ff, pp))) cycle
-        code = dchan_ready(rh(ff, pp))
-        if (code /= DCHAN_SUCCESS) call die_dchan('dchan_ready', code)
-      end do
-      call swap_uv()
-    end do
-  end function run_dchan
-
   subroutine teardown_channels()
-    integer :: ff, pp
+    integer :: ff
     integer(c_int) :: code
 
     ! Every put has arrived, but the senders' local completion may lag; no
-    ! handle may go while a neighbour could still touch it.
-    do pp = 0, 1
-      do ff = 0, NFACES - 1
-        if (c_associated(sh(ff, pp))) call wait_put_done(sh(ff, pp))
-      end do
+    ! handle or buffer may go while a neighbour could still touch it.
+    ! dchan_barrier drives progress while it waits, which the credit
+    ! returned by the last dchan_ready may need.
+    do ff = 0, NFACES - 1
+      if (c_associated(sh(ff))) call wait_put_done(sh(ff))
     end do
-    call MPI_Barrier(MPI_COMM_WORLD, ierr)
-    do pp = 0, 1
-      do ff = 0, NFACES - 1
-        if (c_associated(sh(ff, pp))) code = dchan_handle_destroy(sh(ff, pp))
-        if (c_associated(rh(ff, pp))) code = dchan_handle_destroy(rh(ff, pp))
-      end do
+    code = dchan_barrier(ctx)
+    if (code /= DCHAN_SUCCESS) call die_dchan('dchan_barrier', code)
+    do ff = 0, NFACES - 1
+      if (c_associated(sh(ff))) code = dchan_handle_destroy(sh(ff))
+      if (c_associated(rh(ff))) code = dchan_handle_destroy(rh(ff))
+      if (c_associated(slots(ff))) code = dchan_free(ctx, slots(ff))
+      if (c_associated(sbuf(ff))) code = dchan_free(ctx, sbuf(ff))
     end do
   end subroutine teardown_channels
 
@@ -709,7 +980,7 @@ contains
     integer, allocatable :: counts(:), displs(:)
     real(dp), allocatable :: all(:)
     real(dp), pointer, contiguous :: s(:, :, :), t(:, :, :), x(:, :, :)
-    type(buf_t) :: face(0:NFACES - 1)
+    type(buf_t) :: face(0:NFACES - 1), noout(0:NFACES - 1)
     type(block_t) :: g, rb
     integer :: r, at, i, j, k, it, ff, okint
     real(dp) :: diff
@@ -741,7 +1012,7 @@ contains
       allocate (s(0:g%n(2) - 1, 0:g%n(1) - 1, 0:g%n(0) - 1), t(0:g%n(2) - 1, 0:g%n(1) - 1, 0:g%n(0) - 1))
       s = 0
       do it = 0, o%iters - 1
-        diff = sweep(g, s, t, face, .false.)
+        call sweep_box(g, s, t, face, noout, [0, 0, 0], g%n)
         x => s
         s => t
         t => x
@@ -778,20 +1049,28 @@ contains
       '  --grid NX,NY,NZ     unknowns along x, y, z (default 64,64,64)', &
       '  --procs PX,PY,PZ    process grid, PX*PY*PZ = P (default: MPI_Dims_create)', &
       '  --iters N           Jacobi iterations (default 100)', &
-      '  --mode msg|dchan    face exchange: MPI_Isend/MPI_Irecv or dchan channels', &
-      '                      (default dchan)', &
+      '  --mode msg|dchan|none', &
+      '                      face exchange: MPI_Isend/MPI_Irecv, dchan channels, or', &
+      '                      none at all (the compute floor; not verified) (default dchan)', &
+      '  --faces pack        dchan mode: one credited channel of depth 2 per face; the', &
+      '                      sweep packs each face straight into the neighbour''s slot', &
+      '                      where the provider maps it (dchan_put_ptr), else into the', &
+      '                      send buffer (the only scheme here, and the default)', &
       '  --verify            compare with a serial run on rank 0 (gathered grid); the', &
       '                      results must agree exactly; exit 1 if they do not', &
       '  --detect auto|sentinel|flag|event', &
       '                      dchan arrival detection (default: DCHAN_DETECT, else auto)', &
       '  --help              this text', &
       'Solves the Laplace equation with fixed boundary values by Jacobi sweeps,', &
-      'starting from zero. The last line on stdout is a RESULT line: iter_time_s is', &
-      'the mean time of one iteration on the slowest rank (the first iteration,', &
-      'which pays for first contact, is not timed); residual is the 2-norm of the', &
-      'last iteration''s update over the whole grid, sqrt(sum (u_new - u_old)^2).', &
-      'The Fortran version of jacobi3d (module dchan): the same flags, output and', &
-      'arithmetic.'
+      'starting from zero; the interior of the block is swept while its faces are in', &
+      'flight. The last line on stdout is a RESULT line: iter_time_s is the mean', &
+      'time of one iteration on the slowest rank (the first iteration, which pays', &
+      'for first contact, is not timed); comm_share is the part of the iteration', &
+      'spent in the exchange (all but the sweeps), averaged over the ranks;', &
+      'residual is the 2-norm of the last iteration''s update over the whole grid,', &
+      'sqrt(sum (u_new - u_old)^2).', &
+      'The Fortran version of jacobi3d (module dchan): the same flags (but --blocks,', &
+      '--modes, --rounds and --faces subarray), output and arithmetic.'
     flush (output_unit)
   end subroutine usage
 
@@ -835,9 +1114,9 @@ contains
   function parse_args(opt) result(rc_)
     type(options_t), intent(inout) :: opt
     integer :: rc_
-    character(len=*), parameter :: names(7) = [character(len=6) :: 'grid', 'procs', 'iters', 'mode', &
-                                                'verify', 'detect', 'help']
-    logical, parameter :: has_arg(7) = [.true., .true., .true., .true., .false., .true., .false.]
+    character(len=*), parameter :: names(8) = [character(len=6) :: 'grid', 'procs', 'iters', 'mode', &
+                                                'verify', 'detect', 'faces', 'help']
+    logical, parameter :: has_arg(8) = [.true., .true., .true., .true., .false., .true., .true., .false.]
     character(len=:), allocatable :: arg, name, val, bad
     integer :: k, nargs, alen, eq, m, hit, nhit
     logical :: have_val
@@ -921,8 +1200,18 @@ contains
           opt%mode = MODE_MSG
         else if (val == 'dchan') then
           opt%mode = MODE_DCHAN
+        else if (val == 'none') then
+          opt%mode = MODE_NONE
         else
-          bad = '--mode wants msg or dchan'
+          bad = '--mode wants msg, dchan or none'
+        end if
+      case ('faces')
+        ! Accepted so that a run of jacobi3d with --faces pack runs here
+        ! unchanged; subarray is the C program's alone.
+        if (val == 'subarray') then
+          bad = '--faces subarray is not in the Fortran driver (its dchan mode packs); use jacobi3d'
+        else if (val /= 'pack') then
+          bad = '--faces wants pack'
         end if
       case ('verify')
         opt%verify = .true.

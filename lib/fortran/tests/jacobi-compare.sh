@@ -4,10 +4,14 @@
 # jacobi3d_f against jacobi3d. For each problem below, runs scenario
 # jacobi-<p> (C) and jacobi-f-<p> (Fortran) of apps/scenarios through
 # tests/mprun, with the same ranks, and requires: the same arguments in both
-# scenarios, both verified against their serial run, and the same RESULT
-# line but for the timing, so the same residual to the last printed digit
-# (both do the same floating-point operations in the same order, so they
-# compute the same doubles). Run by make check from the build directory.
+# scenarios, both verified against their serial run (mode none: both
+# unverified, as they must be), and the same RESULT line but for the
+# timings, so the same residual to the last printed digit (both do the same
+# floating-point operations in the same order, so they compute the same
+# doubles). The problems cover msg, dchan (--faces pack: credited channels
+# of depth 2) and none, overlap with faces along every axis. Then
+# jacobi3d_f --faces subarray must stop with status 2 and say why. Run by
+# make check from the build directory.
 
 srcdir=${srcdir:-$(dirname "$0")/../../..}
 runner=tests/mprun
@@ -29,7 +33,7 @@ result_of() {
 }
 
 # problem:ranks, as the C runs of apps/Makefile.include use them.
-for pr in 1-msg:1 2-dchan:2 4-msg:4 4-dchan:4 222-dchan:8; do
+for pr in 1-msg:1 2-pack:2 4-msg:4 4-pack:4 112-msg:2 112-pack:2 222-pack:8 2-none:2; do
     p=${pr%:*}
     np=${pr#*:}
     c=jacobi-$p
@@ -50,6 +54,8 @@ for pr in 1-msg:1 2-dchan:2 4-msg:4 4-dchan:4 222-dchan:8; do
     rc_line=$(result_of "$tmp/$c.out")
     rf_line=$(result_of "$tmp/$f.out")
     case $rc_line in
+    *" mode=none "*" verified=skipped") ;;
+    *" mode=none "*) echo "FAIL $p: $c claims a verdict: '$rc_line'" >&2; status=1; continue ;;
     *" verified=yes") ;;
     *) echo "FAIL $p: $c not verified: '$rc_line'" >&2; status=1; continue ;;
     esac
@@ -62,4 +68,16 @@ for pr in 1-msg:1 2-dchan:2 4-msg:4 4-dchan:4 222-dchan:8; do
     fi
     echo "ok   $p on $np ranks: ${rf_line#RESULT }"
 done
+
+s=jacobi-f-badfaces
+sh "$runner" "$s.auto.auto.mpi.np2.mprun" > "$tmp/$s.out" 2> "$tmp/$s.err"
+rc=$?
+want="jacobi3d_f: --faces subarray is not in the Fortran driver"
+if [ $rc -ne 2 ] || ! grep -qF -- "$want" "$tmp/$s.err" || grep -q '^RESULT ' "$tmp/$s.out"; then
+    echo "FAIL $s: expected status 2, '$want' on stderr and no RESULT line; got status $rc:" >&2
+    cat "$tmp/$s.out" "$tmp/$s.err" >&2
+    status=1
+else
+    echo "ok   $s: status 2, '$want'"
+fi
 exit $status
