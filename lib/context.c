@@ -553,10 +553,13 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
     ctx->rank = ctx->boot.rank;
     ctx->nranks = ctx->boot.size;
 
-    /* Job key from rank 0, and a check that every rank asked for the same. */
+    /* Job key from rank 0, and a check that every rank asked for the same
+     * providers and detection, and keeps as many credit words per peer (a
+     * receiver gives its channels word indices below its own count, in the
+     * sender's area, which holds the sender's count). */
     {
         struct {
-            uint64_t key, cfg;
+            uint64_t key, cfg, words;
         } mine, *all = calloc((size_t)ctx->nranks, sizeof mine);
         if (!all) {
             rc = DCHAN_ERR_NO_MEMORY;
@@ -565,6 +568,7 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
         mine.key = random_key();
         mine.cfg = dchan_fnv1a64(attr.provider ? attr.provider : "", attr.provider ? strlen(attr.provider) : 0) ^
                    (uint64_t)attr.detect;
+        mine.words = ctx->params.CREDIT_WORDS;
         rc = dchan_boot_allgather(&ctx->boot, &mine, all, sizeof mine);
         ctx->epoch_state = mine.key; /* this rank's own random value */
         if (rc == DCHAN_SUCCESS) {
@@ -576,6 +580,15 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
                               "rank 0; every rank must use the same DCHAN_PROVIDER and "
                               "DCHAN_DETECT",
                               r);
+                    rc = DCHAN_ERR_INVALID_ARG;
+                    break;
+                }
+                if (all[r].words != all[0].words) {
+                    dchan_err(ctx, NULL,
+                              "rank %d keeps DCHAN_CREDIT_WORDS=%llu credit words per peer, "
+                              "rank 0 %llu; every rank must use the same",
+                              r, (unsigned long long)all[r].words,
+                              (unsigned long long)all[0].words);
                     rc = DCHAN_ERR_INVALID_ARG;
                     break;
                 }

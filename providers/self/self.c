@@ -144,6 +144,8 @@ static int self_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
 
 static int self_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
 {
+    if (index >= dchan_ctx_params(dchan_h_prov(h)->ctx)->CREDIT_WORDS)
+        return DCHAN_ERR_HANDLE; /* beyond the credit area: a forged wire */
     *word = (uint64_t *)dchan_h_prov(h)->state + index;
     return DCHAN_SUCCESS;
 }

@@ -1278,6 +1278,8 @@ static int shm_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
 static int shm_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
 {
     struct shm_state *s = st(dchan_h_prov(h));
+    if (index >= s->credit_words)
+        return DCHAN_ERR_HANDLE; /* beyond the receiver's row: a forged wire */
     *word = s->credit + (size_t)dchan_h_peer(h) * s->credit_words + index;
     return DCHAN_SUCCESS;
 }
@@ -1297,6 +1299,8 @@ static int __attribute__((noinline)) credit_locate(dchan_handle_t *h, uint32_t i
     struct shm_peer *pr = &s->peers[dchan_h_peer(h)];
     if (!pr->credit)
         return DCHAN_ERR_PEER;
+    if (index >= s->credit_words)
+        return DCHAN_ERR_HANDLE; /* the core allocates below it: never so */
     rh->cword = pr->credit + (size_t)dchan_ctx_rank(p->ctx) * s->credit_words + index;
     rh->peer = pr;
     return DCHAN_SUCCESS;

@@ -16,6 +16,17 @@
  *     test saw), copied (0 for a message written in the mapped slot);
  *   - a second round on new handles, so credit words are reused (a new
  *     channel must not take the old one's count).
+ *
+ * With -w LO,HI two checks come first. With LO != HI (the MPI build), the
+ * even ranks set DCHAN_CREDIT_WORDS to LO and the odd ones to HI: dchan_init
+ * must fail on every rank with DCHAN_ERR_INVALID_ARG, leave *ctx unwritten
+ * and say why on stderr (a receiver's credit word would lie beyond its
+ * sender's area).
+ * Then every rank runs with LO words, and each sender is offered forged
+ * wires of a credited channel, resealed, whose credit word index is LO and
+ * 65535, beyond its area for the receiver: dchan_assoc_local must refuse
+ * them with DCHAN_ERR_HANDLE, and the genuine wire then carries every
+ * message, checked, with exact credit.
  */
 #include "config.h"
 
@@ -230,6 +241,136 @@ static void run_round(long iters, int max_sleep_us)
     }
 }
 
+/* -w: see the header. Wire bytes as lib/wire.c lays them out: the credit
+ * word index (16 bits, little-endian) and the FNV-1a checksum of what
+ * precedes it. */
+#define WIRE_OFF_CIDX 114
+#define WIRE_OFF_SUM 120
+#define FORGED_SIZE 64
+#define FORGED_MSGS 40
+
+static void wire_set_index(dchan_wire_t *w, unsigned idx)
+{
+    w->bytes[WIRE_OFF_CIDX] = (unsigned char)idx;
+    w->bytes[WIRE_OFF_CIDX + 1] = (unsigned char)(idx >> 8);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < WIRE_OFF_SUM; i++) {
+        h ^= w->bytes[i];
+        h *= 0x100000001b3ull;
+    }
+    for (int i = 0; i < 8; i++)
+        w->bytes[WIRE_OFF_SUM + i] = (unsigned char)(h >> (8 * i));
+}
+
+/* dchan_init with DCHAN_CREDIT_WORDS set to this rank's value: it must
+ * fail, and say so. */
+static void words_mismatch(const int words[2])
+{
+#ifdef USE_MPI
+    int r;
+    char v[16], text[4096] = "";
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    snprintf(v, sizeof v, "%d", words[r % 2]);
+    setenv("DCHAN_CREDIT_WORDS", v, 1);
+    /* What dchan_init logs goes to a file, then to our stderr. */
+    FILE *log = tmpfile();
+    int saved = dup(2);
+    if (!log || saved < 0 || dup2(fileno(log), 2) < 0)
+        die("cannot capture stderr");
+    dchan_attr_t attr;
+    dchan_ctx_t *c = (dchan_ctx_t *)&attr;
+    dchan_attr_init(&attr);
+    int rc = dchan_init(&attr, &c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(log);
+    size_t n = fread(text, 1, sizeof text - 1, log);
+    text[n] = 0;
+    fclose(log);
+    fputs(text, stderr);
+    unsetenv("DCHAN_CREDIT_WORDS");
+    if (rc != DCHAN_ERR_INVALID_ARG || c != (dchan_ctx_t *)&attr) /* *ctx not written */
+        die("dchan_init with DCHAN_CREDIT_WORDS %d here and %d on the next rank returned %d (%s)",
+            words[r % 2], words[(r + 1) % 2], rc, dchan_strerror(rc));
+    if (!strstr(text, "DCHAN_CREDIT_WORDS"))
+        die("dchan_init's error does not name DCHAN_CREDIT_WORDS: '%s'", text);
+    MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)words;
+    die("-w LO,HI with LO != HI needs the MPI build (the rank before dchan_init)");
+#endif
+}
+
+static long forged_got;
+static unsigned char *forged_rbuf;
+
+static void on_forged_arrival(dchan_handle_t *h, void *arg)
+{
+    void *p;
+    CHECK(dchan_slot(h, &p));
+    if (p != forged_rbuf + (size_t)(forged_got % 2) * FORGED_SIZE)
+        die("forged: message %ld in the wrong slot", forged_got);
+    mpt_verify_when = " at its arrival";
+    verify(p, FORGED_SIZE, (me + nranks - 1) % nranks, 77, forged_got);
+    forged_got++;
+    CHECK(dchan_ready(h));
+}
+
+/* Forged credit word indices (words: every rank's DCHAN_CREDIT_WORDS). */
+static void forged_index(int words)
+{
+    const int from = (me + nranks - 1) % nranks, to = (me + 1) % nranks;
+    dchan_wire_t w[3], *all = calloc((size_t)nranks * 3, sizeof *all);
+    dchan_handle_attr_t ha;
+    dchan_handle_t *rh, *sh = NULL;
+    if (!all)
+        die("out of memory");
+    forged_rbuf = buf_alloc(2 * FORGED_SIZE);
+    unsigned char *sbuf = buf_alloc(FORGED_SIZE);
+    dchan_handle_attr_init(&ha);
+    ha.credit = 1;
+    ha.depth = 2;
+    CHECK(dchan_create_handle_attr(ctx, from, forged_rbuf, FORGED_SIZE, OOB, on_forged_arrival,
+                                   NULL, &ha, &rh));
+    CHECK(dchan_handle_export(rh, &w[0]));
+    w[1] = w[2] = w[0];
+    wire_set_index(&w[1], (unsigned)words);
+    wire_set_index(&w[2], 65535);
+    CHECK(dchan_allgather(ctx, w, all, sizeof w));
+    for (int i = 1; i < 3; i++) {
+        EXPECT(dchan_assoc_local(ctx, &all[to * 3 + i], sbuf, FORGED_SIZE, &sh), DCHAN_ERR_HANDLE);
+        if (sh)
+            die("a refused dchan_assoc_local returned a handle");
+    }
+    CHECK(dchan_assoc_local(ctx, &all[to * 3], sbuf, FORGED_SIZE, &sh));
+    const unsigned long long deadline = now_ns() + mpt_time_limit_ns();
+    long sent = 0;
+    while (sent < FORGED_MSGS || forged_got < FORGED_MSGS) {
+        int moved = 0, cr = dchan_credits(sh);
+        if (cr < 0 || cr > 2)
+            die("forged: dchan_credits %d on a channel of depth 2", cr);
+        if (sent < FORGED_MSGS && cr > 0 && dchan_put_test(sh) == 1) {
+            fill(sbuf, FORGED_SIZE, me, 77, sent);
+            CHECK(dchan_put(sh));
+            sent++;
+            moved++;
+        }
+        mpt_progress(ctx, moved);
+        if (now_ns() > deadline)
+            die("forged: %ld sent, %ld arrived after %llu s", sent, forged_got,
+                mpt_time_limit_ns() / 1000000000ull);
+    }
+    CHECK(dchan_barrier(ctx));
+    CHECK(dchan_handle_destroy(sh));
+    CHECK(dchan_handle_destroy(rh));
+    buf_free(sbuf);
+    buf_free(forged_rbuf);
+    free(all);
+    fprintf(stderr, "rank %d: forged credit word indices %d and 65535 refused; %d messages on "
+            "the genuine wire\n", me, words, FORGED_MSGS);
+}
+
 static void teardown(void)
 {
     /* Every rank finished its puts and released every arrival. */
@@ -248,14 +389,14 @@ int main(int argc, char **argv)
     int ks[MAXK] = {1, 2, 8, 64};
     long iters = 2000;
     size_t size = 4096;
-    int rounds = 2, max_sleep_us = 200;
+    int rounds = 2, max_sleep_us = 200, words[2] = {0, 0};
     mpt_prog = "mp_credit";
 #ifdef USE_MPI
     MPI_Init(&argc, &argv);
 #endif
     nch = 4;
     int opt;
-    while ((opt = getopt(argc, argv, "k:n:s:r:z:")) != -1) {
+    while ((opt = getopt(argc, argv, "k:n:s:r:z:w:")) != -1) {
         switch (opt) {
         case 'k': {
             nch = 0;
@@ -275,11 +416,26 @@ int main(int argc, char **argv)
         case 'z':
             max_sleep_us = atoi(optarg);
             break;
+        case 'w':
+            if (sscanf(optarg, "%d,%d", &words[0], &words[1]) != 2 || words[0] < 1 ||
+                words[1] < 1)
+                die("-w wants LO,HI, two positive numbers of credit words");
+            break;
         default:
-            die("usage: mp_credit [-k 1,2,8,64] [-n iters] [-s size] [-r rounds] [-z max_sleep_us]");
+            die("usage: mp_credit [-k 1,2,8,64] [-n iters] [-s size] [-r rounds] [-z max_sleep_us] "
+                "[-w LO,HI]");
         }
     }
+    if (words[0] && words[0] != words[1])
+        words_mismatch(words);
+    if (words[0]) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", words[0]);
+        setenv("DCHAN_CREDIT_WORDS", v, 1);
+    }
     ctx = mpt_init(on_error);
+    if (words[0])
+        forged_index(words[0]);
     rnd ^= (unsigned)me * 2654435761u;
     for (int r = 0; r < rounds; r++) {
         setup(r, ks, size);
