@@ -166,6 +166,12 @@ struct dchan_pq_ent {
     dchan_handle_t *h;
 };
 
+/* A receiver rank's entry of ctx->csend: n words' send handles. */
+struct dchan_csend_row {
+    dchan_handle_t **h;
+    uint32_t n;
+};
+
 struct dchan_ctx {
     uint32_t magic;
     int rank, nranks;
@@ -218,7 +224,7 @@ struct dchan_ctx {
     struct dchan_credit_ids **cids;
     /* And the other way: per receiver rank, the send handles of this rank
      * by the index of their word in its credit area (dchan_core_arrival_id_hint). */
-    dchan_handle_t ***csend;
+    struct dchan_csend_row *csend;
     dchan_handle_t *credq_head; /* receive handles whose credit write must be retried */
     dchan_handle_t *srcq_head;  /* sources whose current version was not taken yet */
     dchan_handle_t *look_head;  /* send handles whose puts used up the credit known */

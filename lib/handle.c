@@ -446,37 +446,62 @@ void dchan_handle_id_free(dchan_ctx_t *ctx, uint32_t id)
  * user's tag lies above the last user's final value by at least 2^32. So a
  * word may be written in any order as long as the largest write wins (an
  * atomic maximum), and a sender tells its own channel's counts apart from
- * an older or newer user's by its own 64-bit count (credits_now). */
+ * an older or newer user's by its own 64-bit count (credits_now).
+ *
+ * The sender's area holds CREDIT_WORDS words for this rank, or, where its
+ * provider allocates them as needed (credit_words_max: self), up to that
+ * many: cap grows, doubling, when every word is taken. */
 struct dchan_credit_ids {
-    uint32_t nfree;
+    uint32_t nfree, cap;
     uint16_t *free;
     uint32_t *tag;
 };
 
-static int cid_alloc(dchan_ctx_t *ctx, int peer, uint16_t *idx, uint32_t *tag)
+/* The words [c->cap, cap) join the free ones, the lowest to be taken first. */
+static int cid_grow(struct dchan_credit_ids *c, uint32_t cap)
+{
+    uint16_t *f = realloc(c->free, cap * sizeof *f);
+    if (f)
+        c->free = f;
+    uint32_t *t = f ? realloc(c->tag, cap * sizeof *t) : NULL;
+    if (!t)
+        return DCHAN_ERR_NO_MEMORY;
+    c->tag = t;
+    for (uint32_t i = cap; i-- > c->cap;) {
+        c->free[c->nfree++] = (uint16_t)i;
+        c->tag[i] = 1;
+    }
+    c->cap = cap;
+    return DCHAN_SUCCESS;
+}
+
+static int cid_alloc(dchan_ctx_t *ctx, const struct dchan_prov *p, int peer, uint16_t *idx,
+                     uint32_t *tag)
 {
     uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
+    uint32_t max = p->ops->credit_words_max > n ? p->ops->credit_words_max : n;
     if (!ctx->cids && !(ctx->cids = calloc((size_t)ctx->nranks, sizeof *ctx->cids)))
         return DCHAN_ERR_NO_MEMORY;
     struct dchan_credit_ids *c = ctx->cids[peer];
     if (!c) {
-        c = calloc(1, sizeof *c);
-        if (!c || !(c->free = malloc(n * sizeof *c->free)) ||
-            !(c->tag = malloc(n * sizeof *c->tag))) {
-            if (c)
-                free(c->free);
+        if (!(c = calloc(1, sizeof *c)))
+            return DCHAN_ERR_NO_MEMORY;
+        if (cid_grow(c, n) != DCHAN_SUCCESS) {
+            free(c->free);
+            free(c->tag);
             free(c);
             return DCHAN_ERR_NO_MEMORY;
         }
-        for (uint32_t i = 0; i < n; i++) {
-            c->free[i] = (uint16_t)(n - 1 - i);
-            c->tag[i] = 1;
-        }
-        c->nfree = n;
         ctx->cids[peer] = c;
     }
-    if (c->nfree == 0)
-        return DCHAN_ERR_NO_MEMORY; /* DCHAN_CREDIT_WORDS channels from peer already */
+    if (c->nfree == 0 && c->cap < max)
+        cid_grow(c, c->cap > max / 2 ? max : 2 * c->cap); /* on no memory: none free */
+    if (c->nfree == 0) {
+        dchan_info(ctx, p->ops->name, "all %u credit words of rank %d's area for this rank are "
+                   "taken: no more credited channels from it (DCHAN_CREDIT_WORDS)",
+                   c->cap, peer);
+        return DCHAN_ERR_NO_MEMORY;
+    }
     *idx = c->free[--c->nfree];
     *tag = c->tag[*idx];
     return DCHAN_SUCCESS;
@@ -499,28 +524,37 @@ static void cid_free(dchan_ctx_t *ctx, int peer, uint16_t idx, uint64_t last)
  * one takes it (the older one's credit is in the word anyway). */
 static void csend_add(dchan_ctx_t *ctx, dchan_handle_t *h)
 {
-    uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
-    if (h->cidx >= n)
-        return;
     if (!ctx->csend && !(ctx->csend = calloc((size_t)ctx->nranks, sizeof *ctx->csend)))
         return;
-    if (!ctx->csend[h->peer] && !(ctx->csend[h->peer] = calloc(n, sizeof **ctx->csend)))
-        return;
-    ctx->csend[h->peer][h->cidx] = h;
+    struct dchan_csend_row *row = &ctx->csend[h->peer];
+    if (h->cidx >= row->n) {
+        /* CREDIT_WORDS entries, or the next power of two that holds cidx. */
+        uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
+        while (n <= h->cidx)
+            n *= 2;
+        if (n > 65536)
+            n = 65536; /* above every 16-bit index */
+        dchan_handle_t **e = realloc(row->h, n * sizeof *e);
+        if (!e)
+            return;
+        memset(e + row->n, 0, (n - row->n) * sizeof *e);
+        row->h = e;
+        row->n = n;
+    }
+    row->h[h->cidx] = h;
 }
 
 static void csend_remove(dchan_ctx_t *ctx, dchan_handle_t *h)
 {
-    if (ctx->csend && ctx->csend[h->peer] && h->cidx < (uint32_t)ctx->params.CREDIT_WORDS &&
-        ctx->csend[h->peer][h->cidx] == h)
-        ctx->csend[h->peer][h->cidx] = NULL;
+    if (ctx->csend && h->cidx < ctx->csend[h->peer].n && ctx->csend[h->peer].h[h->cidx] == h)
+        ctx->csend[h->peer].h[h->cidx] = NULL;
 }
 
 void dchan_credit_ids_fini(dchan_ctx_t *ctx)
 {
     if (ctx->csend) {
         for (int i = 0; i < ctx->nranks; i++)
-            free(ctx->csend[i]);
+            free(ctx->csend[i].h);
         free(ctx->csend);
         ctx->csend = NULL;
     }
@@ -682,7 +716,7 @@ DCHAN_API int dchan_create_handle_attr(dchan_ctx_t *ctx, int sender_rank, void *
     h->arg = arg;
     h->arm_op = p->ops->recv_arm != dchan_prov_noop_recv_arm;
     h->fast = !ctx->locking ? DCHAN_FAST_RECV : 0;
-    if (credit && (rc = cid_alloc(ctx, sender_rank, &h->cidx, &h->ctag)) != DCHAN_SUCCESS)
+    if (credit && (rc = cid_alloc(ctx, p, sender_rank, &h->cidx, &h->ctag)) != DCHAN_SUCCESS)
         goto free_handle;
     rc = id_alloc(ctx, h, &h->id, &h->gen);
     if (rc != DCHAN_SUCCESS)
@@ -1092,9 +1126,9 @@ static inline uint32_t credits_now(dchan_handle_t *h)
 static void credit_hint(dchan_handle_t *r, uint32_t index, uint64_t value)
 {
     dchan_ctx_t *ctx = r->ctx;
-    if (!ctx->csend || !ctx->csend[r->peer] || index >= (uint32_t)ctx->params.CREDIT_WORDS)
+    if (!ctx->csend || index >= ctx->csend[r->peer].n)
         return;
-    dchan_handle_t *h = ctx->csend[r->peer][index];
+    dchan_handle_t *h = ctx->csend[r->peer].h[index];
     if (!h || h->prov != r->prov || h->error)
         return;
     /* The test of credits_now: only a value of this channel, at most depth
@@ -1657,6 +1691,11 @@ uint32_t dchan_h_remote_id(const dchan_handle_t *h)
 uint32_t dchan_h_gen(const dchan_handle_t *h)
 {
     return h->gen;
+}
+
+uint32_t dchan_h_credit_index(const dchan_handle_t *h)
+{
+    return h->role == DCHAN_ROLE_RECV && h->credit ? h->cidx : UINT32_MAX;
 }
 
 uint64_t *dchan_h_ctl(const dchan_handle_t *h)

@@ -158,6 +158,10 @@ struct dchan_provider_ops {
     uint8_t wire_id;  /* DCHAN_PROV_ID_* */
     unsigned modes;   /* DCHAN_MODE_BIT() of each detection mode offered */
     unsigned scope;   /* DCHAN_SCOPE_* */
+    /* Credit words the provider keeps for one peer: 0, exactly
+     * CREDIT_WORDS (an area laid out at open); else up to this many, the
+     * CREDIT_WORDS first and more as the peer's channels need them. */
+    uint32_t credit_words_max;
 
     /* Without a context: is the provider usable on this machine? Fills a
      * description (library, device, version) and the detection modes it
@@ -333,6 +337,8 @@ void dchan_h_seq_chunk(const dchan_handle_t *h, void **base, size_t *len);
 uint32_t dchan_h_remote_id(const dchan_handle_t *h);
 /* The whole 32-bit generation behind the id (own, or the receiver's). */
 uint32_t dchan_h_gen(const dchan_handle_t *h);
+/* Receiver: the index of its credit word (UINT32_MAX without credit). */
+uint32_t dchan_h_credit_index(const dchan_handle_t *h);
 
 /* The provider's per-handle state; fails to compile when type does not fit. */
 #define DCHAN_PROV_PRIV(h, type)                                                           \

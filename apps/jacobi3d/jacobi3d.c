@@ -845,17 +845,22 @@ static double run(dchan_ctx_t *ctx, struct domain *dm, int first, int end, int i
     return res;
 }
 
-/* Receive channels this rank takes from the peer that sends it most
- * (itself included): each needs a credit word on that peer. */
+/* Receive channels this rank takes from the peer that sends it most: each
+ * needs a credit word on that peer. This rank's own channels count only
+ * when DCHAN_PROVIDER names a provider, which then serves them too: the
+ * self provider, which serves them otherwise, keeps as many words as they
+ * need. */
 static int most_channels_from_one_peer(const struct domain *dm, int nranks)
 {
     int *count = calloc(nranks, sizeof *count), most = 0;
+    const char *named = getenv("DCHAN_PROVIDER");
+    const int count_own = named && *named;
 
     if (!count)
         app_die("out of memory");
     for (int bi = 0; bi < dm->L.nlocal; bi++)
         for (int f = 0; f < NFACES; f++)
-            if (dm->blk[bi].nb_rank[f] >= 0 &&
+            if (dm->blk[bi].nb_rank[f] >= 0 && (count_own || dm->blk[bi].nb_rank[f] != dm->me) &&
                 (count[dm->blk[bi].nb_rank[f]] += dm->nchan) > most)
                 most = count[dm->blk[bi].nb_rank[f]];
     free(count);
@@ -1441,9 +1446,9 @@ int main(int argc, char **argv)
     /* dchan mode: the context first; setup_channels() takes the faces'
      * buffers from it (dchan_alloc), so that neighbours on the host write
      * them directly. Every receive channel holds a credit word on its
-     * sender: with many blocks one peer (this rank itself, mostly) may
-     * send more channels than dchan's default allows, so raise the limit
-     * unless the environment set it. */
+     * sender: with many blocks and a provider named for every peer, one
+     * peer (this rank itself, mostly) may send more channels than dchan's
+     * default allows, so raise the limit unless the environment set it. */
     for (int m = 0; m < o.nmodes; m++) {
         if (o.modes[m] != MODE_DCHAN)
             continue;

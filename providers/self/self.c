@@ -27,12 +27,30 @@ static int self_probe(struct dchan_probe *out)
     return DCHAN_SUCCESS;
 }
 
+/* The credit area: the only peer is this rank, and its words are plain
+ * memory, so it grows with the channels (credit_words_max, up to every
+ * 16-bit index), in chunks that never move: a send handle keeps its word's
+ * address. */
+#define SELF_CHUNK_WORDS 256
+#define SELF_CREDIT_WORDS 65536
+struct self_state {
+    uint64_t *chunk[SELF_CREDIT_WORDS / SELF_CHUNK_WORDS];
+};
+
+static uint64_t *credit_word(struct dchan_prov *p, uint32_t index)
+{
+    struct self_state *s = p->state;
+    uint64_t **c = &s->chunk[index / SELF_CHUNK_WORDS];
+    if (!*c && !(*c = calloc(SELF_CHUNK_WORDS, sizeof **c)))
+        return NULL;
+    return *c + index % SELF_CHUNK_WORDS;
+}
+
 static int self_open(struct dchan_prov *p)
 {
     p->default_detect = DCHAN_DETECT_EVENT;
     p->addr_len = 0;
-    /* The credit area: the only peer is this rank. */
-    p->state = calloc(dchan_ctx_params(p->ctx)->CREDIT_WORDS, sizeof(uint64_t));
+    p->state = calloc(1, sizeof(struct self_state));
     return p->state ? DCHAN_SUCCESS : DCHAN_ERR_NO_MEMORY;
 }
 
@@ -43,6 +61,9 @@ static int self_connect(struct dchan_prov *p, const void *addrs, size_t len)
 
 static void self_close(struct dchan_prov *p)
 {
+    struct self_state *s = p->state;
+    for (size_t i = 0; s && i < sizeof s->chunk / sizeof s->chunk[0]; i++)
+        free(s->chunk[i]);
     free(p->state);
     p->state = NULL;
 }
@@ -144,15 +165,21 @@ static int self_map_slot(dchan_handle_t *h, size_t offset, void **ptr)
 
 static int self_credit_open(dchan_handle_t *h, uint32_t index, const volatile uint64_t **word)
 {
-    if (index >= dchan_ctx_params(dchan_h_prov(h)->ctx)->CREDIT_WORDS)
-        return DCHAN_ERR_HANDLE; /* beyond the credit area: a forged wire */
-    *word = (uint64_t *)dchan_h_prov(h)->state + index;
+    /* The receiver is in this process: its word, or a forged wire. */
+    dchan_handle_t *r = target(h);
+    if (!r || dchan_h_credit_index(r) != index)
+        return DCHAN_ERR_HANDLE;
+    if (!(*word = credit_word(dchan_h_prov(h), index)))
+        return DCHAN_ERR_NO_MEMORY;
     return DCHAN_SUCCESS;
 }
 
 static int self_credit_write(dchan_handle_t *h, uint32_t index, const uint64_t *src)
 {
-    __atomic_store_n((uint64_t *)dchan_h_prov(h)->state + index, *src, __ATOMIC_RELEASE);
+    uint64_t *w = credit_word(dchan_h_prov(h), index); /* taken by the sender's open */
+    if (!w)
+        return DCHAN_ERR_NO_MEMORY;
+    __atomic_store_n(w, *src, __ATOMIC_RELEASE);
     dchan_core_wake(dchan_h_prov(h)->ctx);
     return DCHAN_PROV_PUT_DONE;
 }
@@ -239,6 +266,7 @@ const struct dchan_provider_ops dchan_self_ops = {
     .name = "self",
     .wire_id = DCHAN_PROV_ID_SELF,
     .scope = DCHAN_SCOPE_SELF,
+    .credit_words_max = SELF_CREDIT_WORDS,
     .modes = DCHAN_MODE_BIT(DCHAN_DETECT_SENTINEL) | DCHAN_MODE_BIT(DCHAN_DETECT_FLAG) |
              DCHAN_MODE_BIT(DCHAN_DETECT_EVENT),
     .probe = self_probe,

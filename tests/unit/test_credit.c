@@ -2,12 +2,15 @@
 /* Credit, depth and direct store (DESIGN §7) on self channels in every
  * detection mode: exact credit counts, slots in order, bad input of every
  * kind answered with its code, out-parameters untouched on failure, and
- * the channel still working after each refusal. */
+ * the channel still working after each refusal; DCHAN_CREDIT_WORDS on a
+ * provider whose credit area is laid out at open (shm serving this rank),
+ * and the self provider's, which grows with the channels. */
 #include "config.h"
 
 #include "unit.h"
 
 #include "core.h"
+#include "wire.h"
 
 #define OOBP 0x0b0b0b0b0b0b0b0bull
 
@@ -300,22 +303,36 @@ static void put_to_depth(dchan_ctx_t *ctx, struct cchan *c, int id)
     assert_int_equal(drain(ctx, c, c->k), DCHAN_SUCCESS);
 }
 
-/* A context whose ranks keep 'words' credit words for each peer. */
-static dchan_ctx_t *ctx_with_words(int mode, const char *words)
+/* A context whose ranks keep 'words' credit words for each peer, on
+ * provider (NULL: the automatic choice, self). */
+static dchan_ctx_t *ctx_with_words_on(int mode, const char *words, const char *provider)
 {
     setenv("DCHAN_CREDIT_WORDS", words, 1);
+    if (provider)
+        setenv("DCHAN_PROVIDER", provider, 1);
     dchan_ctx_t *ctx = unit_ctx(mode);
     unsetenv("DCHAN_CREDIT_WORDS");
+    unsetenv("DCHAN_PROVIDER");
     return ctx;
 }
 
-/* DCHAN_CREDIT_WORDS bounds the credited channels from one sender; a word
- * freed and taken again starts the new channel with full credit, whatever
- * count the old one left there. */
+static dchan_ctx_t *ctx_with_words(int mode, const char *words)
+{
+    return ctx_with_words_on(mode, words, NULL);
+}
+
+/* DCHAN_CREDIT_WORDS bounds the credited channels from one sender where
+ * the provider lays its credit area out at open (shm, here serving this
+ * rank's own channels); a word freed and taken again starts the new
+ * channel with full credit, whatever count the old one left there. */
 static void test_credit_words(void **state)
 {
     int mode = UNIT_MODE(state);
-    dchan_ctx_t *ctx = ctx_with_words(mode, "2");
+#ifndef HAVE_SHM
+    skip(); /* no provider with a fixed credit area serves a one-rank job */
+#endif
+    dchan_ctx_t *ctx = ctx_with_words_on(mode, "2", "shm");
+    assert_string_equal(dchan_provider_name(ctx), "shm");
     struct cchan a, b;
     cchan_open(&a, ctx, 32, 2);
     cchan_open(&b, ctx, 32, 2);
@@ -349,6 +366,53 @@ static void test_credit_words(void **state)
     cchan_close(&c);
     cchan_close(&b);
     free(buf);
+    assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
+}
+
+/* The self provider keeps credit words as plain memory: a rank's own
+ * credited channels are not bounded by DCHAN_CREDIT_WORDS (2 here). 300 of
+ * depth 2 at once, each filled to its depth and refused beyond it, every
+ * message checked, every credit back; then 300 new ones on the words the
+ * first left, each with full credit. A wire of one of them with another's
+ * credit word index, resealed, is refused. */
+static void test_self_credit_grows(void **state)
+{
+    enum { N = 300, SIZE = 16 };
+    int mode = UNIT_MODE(state);
+    dchan_ctx_t *ctx = ctx_with_words(mode, "2");
+    assert_string_equal(dchan_provider_name(ctx), "self");
+    struct cchan *c = calloc(N, sizeof *c);
+    assert_non_null(c);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < N; i++)
+            cchan_open(&c[i], ctx, SIZE, 2);
+        for (int i = 0; i < N; i++) {
+            put_to_depth(ctx, &c[i], i);
+            for (int s = 0; s < 2; s++) {
+                void *p;
+                assert_int_equal(dchan_slot(c[i].rh, &p), DCHAN_SUCCESS);
+                assert_ptr_equal(p, c[i].rbuf + s * SIZE);
+                assert_true(unit_check(p, SIZE, i, s));
+                assert_int_equal(dchan_ready(c[i].rh), DCHAN_SUCCESS);
+            }
+            assert_int_equal(dchan_credits(c[i].sh), 2);
+        }
+        if (round == 1) {
+            dchan_wire_t w;
+            struct dchan_wire_fields f;
+            dchan_handle_t *h = NULL;
+            assert_int_equal(dchan_handle_export(c[7].rh, &w), DCHAN_SUCCESS);
+            assert_int_equal(dchan_wire_decode(&w, &f), DCHAN_SUCCESS);
+            f.credit_index = c[8].rh->cidx;
+            dchan_wire_encode(&f, &w);
+            assert_int_equal(dchan_assoc_local(ctx, &w, c[7].sbuf, SIZE, &h), DCHAN_ERR_HANDLE);
+            assert_null(h);
+            put_to_depth(ctx, &c[7], 1000); /* and the channel goes on */
+        }
+        for (int i = 0; i < N; i++)
+            cchan_close(&c[i]);
+    }
+    free(c);
     assert_int_equal(dchan_finalize(ctx), DCHAN_SUCCESS);
 }
 
@@ -457,7 +521,7 @@ int main(void)
         UNIT_TEST_MODES(test_credit_exact),  UNIT_TEST_MODES(test_slot_in_callback),
         UNIT_TEST_MODES(test_put_ptr),       UNIT_TEST_MODES(test_bad_input),
         UNIT_TEST_MODES(test_credit_words),  UNIT_TEST_MODES(test_credit_count_64),
-        UNIT_TEST_MODES(test_free_beside_sender),
+        UNIT_TEST_MODES(test_free_beside_sender), UNIT_TEST_MODES(test_self_credit_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
