@@ -134,9 +134,13 @@ fail:
     }
     for (int r = 0; r < n; r++) {
         if (theirs[2 * r] != DCHAN_SUCCESS) {
-            if (all_ok && r != ctx->rank)
-                dchan_info(ctx, ops->name, "refused on rank %d (%s)", r,
-                           dchan_strerror((int)theirs[2 * r]));
+            if (all_ok && r != ctx->rank && rc == DCHAN_SUCCESS) {
+                char why[64];
+                snprintf(why, sizeof why, "refused on rank %d (%s)", r,
+                         dchan_strerror((int)theirs[2 * r]));
+                dchan_info(ctx, ops->name, "%s", why);
+                note_refusal(ctx, ops->name, why);
+            }
             all_ok = 0;
             if (rc == DCHAN_SUCCESS)
                 rc = (int)theirs[2 * r];
@@ -157,8 +161,15 @@ fail:
     if (p->addr_len)
         memcpy(pad, p->addr, p->addr_len);
     rc = dchan_boot_allgather(&ctx->boot, pad, addrs, maxlen);
-    if (rc == DCHAN_SUCCESS)
+    if (rc == DCHAN_SUCCESS) {
+        /* A connect that fails may say why in p->desc, as open does. */
+        char desc[sizeof p->desc];
+        memcpy(desc, p->desc, sizeof desc);
         rc = ops->connect(p, addrs, maxlen);
+        if (rc != DCHAN_SUCCESS)
+            note_refusal(ctx, ops->name,
+                         strcmp(desc, p->desc) ? p->desc : dchan_strerror(rc));
+    }
     p->connected = rc == DCHAN_SUCCESS;
     mine[0] = rc;
     mine[1] = 0;
@@ -166,8 +177,12 @@ fail:
     if (brc != DCHAN_SUCCESS)
         rc = brc;
     for (int r = 0; r < n && rc == DCHAN_SUCCESS; r++)
-        if (theirs[2 * r] != DCHAN_SUCCESS)
+        if (theirs[2 * r] != DCHAN_SUCCESS) {
             rc = (int)theirs[2 * r];
+            char why[64];
+            snprintf(why, sizeof why, "could not connect on rank %d (%s)", r, dchan_strerror(rc));
+            note_refusal(ctx, ops->name, why);
+        }
 out:
     free(addrs);
     free(theirs);

@@ -75,6 +75,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,7 @@ struct shm_state {
     struct shm_ring rx; /* the own ring, consumed by progress */
     struct shm_addr addr;
     struct shm_peer *peers; /* nranks entries */
+    bool refused;           /* connect: a peer's segment could not be used */
     struct shm_ext *ext;
     size_t next, ext_cap;
 };
@@ -271,8 +273,9 @@ static int shm_open_(struct dchan_prov *p)
     uint64_t slots = pv->SHM_RING_SLOTS;
     char name[64];
 
+    /* Why open fails goes in p->desc: the core logs it and quotes it. */
     if (!pv->SHM_CMA) {
-        dchan_info(ctx, "shm", "DCHAN_SHM_CMA=0: not used");
+        snprintf(p->desc, sizeof p->desc, "DCHAN_SHM_CMA=0: not used");
         return DCHAN_ERR_UNSUPPORTED;
     }
     if (slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1))) {
@@ -307,14 +310,15 @@ static int shm_open_(struct dchan_prov *p)
     s->fd = s->efd < 0 ? -1 : memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (s->fd < 0 || fchmod(s->fd, 0600) != 0 || ftruncate(s->fd, (off_t)size) != 0 ||
         fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-        dchan_info(ctx, "shm", "cannot create a segment of %zu bytes: %s", size,
-                   strerror(errno));
+        snprintf(p->desc, sizeof p->desc, "cannot create a segment of %zu bytes: %s", size,
+                 strerror(errno));
         goto fail;
     }
     s->base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        dchan_info(ctx, "shm", "cannot map a segment of %zu bytes: %s", size, strerror(errno));
+        snprintf(p->desc, sizeof p->desc, "cannot map a segment of %zu bytes: %s", size,
+                 strerror(errno));
         goto fail;
     }
     s->size = size;
@@ -402,8 +406,26 @@ static int take_fd(pid_t pid, int fd)
 #endif
 }
 
+/* Rank r's segment cannot be used: say why, at DCHAN_LOG=info and, the
+ * first time, in p->desc, which the error of dchan_init quotes when no
+ * provider remains. */
+static void __attribute__((format(printf, 2, 3))) refused(struct dchan_prov *p, const char *fmt, ...)
+{
+    struct shm_state *s = st(p);
+    char why[sizeof p->desc];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    dchan_info(p->ctx, "shm", "%s", why);
+    if (!s->refused)
+        snprintf(p->desc, sizeof p->desc, "%s", why);
+    s->refused = true;
+}
+
 /* Map rank r's segment through its owner's descriptor, and check that it
- * is what r published: this job's, this user's, sealed, mode 0600. */
+ * is what r published: this job's, this user's, sealed, mode 0600. Its
+ * size is r's DCHAN_SHM_SEGMENT_SIZE, which may differ from ours. */
 static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
 {
     dchan_ctx_t *ctx = p->ctx;
@@ -414,29 +436,28 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
 
     uint64_t credit_bytes = (uint64_t)dchan_ctx_nranks(ctx) * s->credit_words * 8;
     if (a->job_key != dchan_ctx_job_key(ctx) || a->pid <= 0 || a->fd < 0 ||
-        a->size != s->size || a->credit_off % 8 || a->credit_off > a->size ||
+        a->size < SHM_HDR_BYTES || a->credit_off % 8 || a->credit_off > a->size ||
         credit_bytes > a->size - a->credit_off) {
-        dchan_info(ctx, "shm", "rank %d published a segment that is not this job's", r);
+        refused(p, "rank %d published a segment that is not this job's", r);
         return DCHAN_ERR_HANDLE;
     }
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)a->pid, (int)a->fd);
     fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        dchan_info(ctx, "shm", "cannot open rank %d's segment (%s): %s", r, path,
-                   strerror(errno));
+        refused(p, "cannot open rank %d's segment (%s): %s", r, path, strerror(errno));
         return DCHAN_ERR_UNSUPPORTED;
     }
     int seals = fcntl(fd, F_GET_SEALS);
     if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != a->size || sb.st_uid != geteuid() ||
         (sb.st_mode & 0777) != 0600 || seals < 0 || !(seals & F_SEAL_SHRINK)) {
-        dchan_info(ctx, "shm", "rank %d's segment is not a sealed 0600 segment of this user", r);
+        refused(p, "rank %d's segment is not a sealed 0600 segment of this user", r);
         close(fd);
         return DCHAN_ERR_HANDLE;
     }
     char *base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-        dchan_info(ctx, "shm", "cannot map rank %d's segment: %s", r, strerror(errno));
+        refused(p, "cannot map rank %d's segment: %s", r, strerror(errno));
         return DCHAN_ERR_UNSUPPORTED;
     }
     /* Each field once, into a local: the owner or any other peer can write
@@ -458,7 +479,7 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
         slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1)) ||
         data_off < ring_off + slots * sizeof(struct shm_slot) || data_off >= a->size ||
         a->credit_off < data_off) {
-        dchan_info(ctx, "shm", "rank %d's segment header does not match this job", r);
+        refused(p, "rank %d's segment header does not match this job", r);
         rc = DCHAN_ERR_HANDLE;
         goto unmap;
     }
@@ -470,9 +491,9 @@ static int attach(struct dchan_prov *p, int r, const struct shm_addr *a)
                  rv = {(void *)(uintptr_t)(a->base + offsetof(struct shm_hdr, cma_probe)),
                        sizeof v};
     if (process_vm_writev(a->pid, &l, 1, &rv, 1, 0) != (ssize_t)sizeof v) {
-        dchan_info(ctx, "shm", "Cross Memory Attach to rank %d is not permitted (%s): ptrace "
-                   "restrictions or another user",
-                   r, strerror(errno));
+        refused(p, "Cross Memory Attach to rank %d is not permitted (%s): ptrace restrictions or "
+                "another user",
+                r, strerror(errno));
         goto unmap;
     }
     s->peers[r] = (struct shm_peer){.base = base, .size = a->size, .pid = a->pid,
@@ -517,7 +538,7 @@ static int shm_connect(struct dchan_prov *p, const void *addrs, size_t len)
     uint64_t deadline = now_ns() + dchan_ctx_params(ctx)->DRAIN_TIMEOUT_MS * 1000000ull;
     while (__atomic_load_n(&s->hdr->attached, __ATOMIC_ACQUIRE) < (uint64_t)nlocal) {
         if (now_ns() > deadline) {
-            dchan_info(ctx, "shm", "not every peer on this host mapped the segment");
+            refused(p, "not every peer on this host mapped this rank's segment");
             if (rc == DCHAN_SUCCESS)
                 rc = DCHAN_ERR_PEER;
             break;

@@ -570,7 +570,8 @@ static void usage(void)
             "       [--sizes a,b,...] [--iters N] [--bad] [--wire-out F] [--wire-in F]\n"
             "       [--hosts N (blocks of N ranks claim one host)] [--no-cma] [--shm-ring SLOTS]\n"
             "       [--max-bytes B (per channel and size; iterations are cut to fit, to 16\n"
-            "        at least; default 256M, 0: no cap)]\n");
+            "        at least; default 256M, 0: no cap)]\n"
+            "       [--odd-env NAME=VALUE (set on odd ranks only, before dchan_init; up to 8)]\n");
     exit(2);
 }
 
@@ -601,7 +602,10 @@ int main(int argc, char **argv)
         {"bad", no_argument, 0, 'b'}, {"wire-out", required_argument, 0, 'o'},
         {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
         {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
-        {"max-bytes", required_argument, 0, 'x'}, {0, 0, 0, 0}};
+        {"max-bytes", required_argument, 0, 'x'}, {"odd-env", required_argument, 0, 'e'},
+        {0, 0, 0, 0}};
+    char *odd_env[8];
+    int nodd = 0;
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -620,6 +624,11 @@ int main(int argc, char **argv)
         case 'm': no_cma = 1; break;
         case 'r': setenv("DCHAN_SHM_RING_SLOTS", optarg, 1); break; /* to make it overflow */
         case 'x': max_bytes = atol(optarg); break;
+        case 'e':
+            if (nodd == 8 || !strchr(optarg, '='))
+                usage();
+            odd_env[nodd++] = optarg;
+            break;
         default: usage();
         }
     }
@@ -631,6 +640,9 @@ int main(int argc, char **argv)
         mpt_fake_hosts(hosts_block);
     if (no_cma)
         setenv("DCHAN_SHM_CMA", "0", 1);
+    /* Settings that may differ between ranks: the odd ranks take these. */
+    for (int i = 0; i < nodd && mpt_launcher_rank() % 2; i++)
+        mpt_setenv_arg(odd_env[i]);
 
     dchan_ctx_t *ctx = mpt_init(on_error);
 
