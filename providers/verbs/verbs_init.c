@@ -289,10 +289,19 @@ static int read_params(struct vrb_state *s, char *why, size_t wl)
     unsigned long timeout = s->pv->VERBS_TIMEOUT, retry = s->pv->VERBS_RETRY_CNT;
     unsigned long sl = s->pv->VERBS_SL, tc = s->pv->VERBS_TRAFFIC_CLASS;
 
+    unsigned long sq = s->pv->VERBS_SQ_DEPTH, srq = s->pv->VERBS_SRQ_DEPTH;
+
     if (timeout > 31 || retry > 7 || sl > 15 || tc > 255) {
         snprintf(why, wl,
                  "DCHAN_VERBS_TIMEOUT (0..31), _RETRY_CNT (0..7), _SL (0..15) or "
                  "_TRAFFIC_CLASS (0..255) out of range");
+        return DCHAN_ERR_INVALID_ARG;
+    }
+    /* Below these the provider cannot work (a device's limits may lower the
+     * defaults further, and say so). */
+    if ((sq && sq < 4) || (srq && srq < 2 * VRB_SRQ_BATCH)) {
+        snprintf(why, wl, "DCHAN_VERBS_%s=%lu: at least %d", sq && sq < 4 ? "SQ_DEPTH" : "SRQ_DEPTH",
+                 sq && sq < 4 ? sq : srq, sq && sq < 4 ? 4 : 2 * VRB_SRQ_BATCH);
         return DCHAN_ERR_INVALID_ARG;
     }
     s->timeout = (uint8_t)timeout;

@@ -571,7 +571,8 @@ static void usage(void)
             "       [--hosts N (blocks of N ranks claim one host)] [--no-cma] [--shm-ring SLOTS]\n"
             "       [--max-bytes B (per channel and size; iterations are cut to fit, to 16\n"
             "        at least; default 256M, 0: no cap)]\n"
-            "       [--odd-env NAME=VALUE (set on odd ranks only, before dchan_init; up to 8)]\n");
+            "       [--odd-env NAME=VALUE (set on odd ranks only, before dchan_init; up to 8)]\n"
+            "       [--bad-env NAME=VALUE (dchan_init with it set must fail and name it; up to 8)]\n");
     exit(2);
 }
 
@@ -603,9 +604,9 @@ int main(int argc, char **argv)
         {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
         {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
         {"max-bytes", required_argument, 0, 'x'}, {"odd-env", required_argument, 0, 'e'},
-        {0, 0, 0, 0}};
-    char *odd_env[8];
-    int nodd = 0;
+        {"bad-env", required_argument, 0, 'B'}, {0, 0, 0, 0}};
+    char *odd_env[8], *bad_env[8];
+    int nodd = 0, nbad = 0;
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -629,6 +630,11 @@ int main(int argc, char **argv)
                 usage();
             odd_env[nodd++] = optarg;
             break;
+        case 'B':
+            if (nbad == 8)
+                usage();
+            bad_env[nbad++] = optarg;
+            break;
         default: usage();
         }
     }
@@ -643,6 +649,7 @@ int main(int argc, char **argv)
     /* Settings that may differ between ranks: the odd ranks take these. */
     for (int i = 0; i < nodd && mpt_launcher_rank() % 2; i++)
         mpt_setenv_arg(odd_env[i]);
+    mpt_bad_env(bad_env, nbad);
 
     dchan_ctx_t *ctx = mpt_init(on_error);
 

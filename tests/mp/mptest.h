@@ -146,6 +146,53 @@ static inline void mpt_buf_init(dchan_ctx_t *ctx)
     mpt_buf_ctx = b && strcmp(b, "alloc") == 0 ? ctx : NULL;
 }
 
+/* dchan_init with NAME=VALUE set (then unset again): it must fail with
+ * want, leave its out-parameter unwritten and say want_text on stderr
+ * (captured, then passed on). Collective, as dchan_init is. */
+static inline void mpt_init_must_fail(const char *name, const char *value, int want,
+                                      const char *want_text)
+{
+    char text[4096] = "";
+    setenv(name, value, 1);
+    FILE *log = tmpfile();
+    int saved = dup(2);
+    if (!log || saved < 0 || dup2(fileno(log), 2) < 0)
+        die("cannot capture stderr");
+    dchan_attr_t attr;
+    dchan_ctx_t *c = (dchan_ctx_t *)&attr;
+    dchan_attr_init(&attr);
+    int rc = dchan_init(&attr, &c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(log);
+    size_t n = fread(text, 1, sizeof text - 1, log);
+    text[n] = 0;
+    fclose(log);
+    fputs(text, stderr);
+    unsetenv(name);
+    if (rc != want || c != (dchan_ctx_t *)&attr)
+        die("dchan_init with %s=%s returned %d (%s)%s, expected %s", name, value, rc,
+            dchan_strerror(rc), c != (dchan_ctx_t *)&attr ? " and wrote *ctx" : "",
+            dchan_strerror(want));
+    if (!strstr(text, want_text))
+        die("dchan_init with %s=%s: stderr lacks '%s': '%s'", name, value, want_text, text);
+}
+
+/* Each NAME=VALUE of a test's --bad-env options: a dchan_init with it set
+ * fails with DCHAN_ERR_INVALID_ARG and names NAME on stderr. */
+static inline void mpt_bad_env(char **nv, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char *eq = strchr(nv[i], '=');
+        if (!eq)
+            die("--bad-env %s: NAME=VALUE expected", nv[i]);
+        *eq = '\0';
+        mpt_init_must_fail(nv[i], eq + 1, DCHAN_ERR_INVALID_ARG, nv[i]);
+        *eq = '=';
+    }
+}
+
 /* The context of a test program: dchan_init with error_fn, this rank and
  * the job's size in me and nranks, the buffer kind chosen (mpt_buf_init). */
 static inline dchan_ctx_t *mpt_init(dchan_error_fn on_error)

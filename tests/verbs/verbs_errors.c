@@ -20,7 +20,9 @@
  *   wire       forged provider fields (with a valid checksum) are refused
  *
  * --env NAME=VALUE sets a variable before dchan_init (provider parameters,
- * or the simulation's DCHAN_VSIM_DEVICES=roce). --depth K makes every
+ * or the simulation's DCHAN_VSIM_DEVICES=roce). --bad-env NAME=VALUE first
+ * runs a dchan_init with that set, which must fail with
+ * DCHAN_ERR_INVALID_ARG and name the variable on stderr. --depth K makes every
  * channel credited with K slots (DESIGN §7): each put waits for credit,
  * each arrival is checked in its slot through dchan_slot, and the faults
  * then also meet credit writes (flushed and written again after a rebuild,
@@ -480,7 +482,8 @@ static void survivors_end(dchan_ctx_t *ctx, long i)
 static void usage(void)
 {
     fprintf(stderr, "usage: verbs_errors --test exchange|rkey|destroyed|killed|wire "
-                    "[--sizes a,b] [--iters N] [--depth K] [--env NAME=VALUE]...\n");
+                    "[--sizes a,b] [--iters N] [--depth K] [--env NAME=VALUE]... "
+                    "[--bad-env NAME=VALUE]...\n");
     exit(2);
 }
 
@@ -494,7 +497,10 @@ int main(int argc, char **argv)
                                          {"iters", required_argument, 0, 'i'},
                                          {"env", required_argument, 0, 'e'},
                                          {"depth", required_argument, 0, 'd'},
+                                         {"bad-env", required_argument, 0, 'b'},
                                          {0, 0, 0, 0}};
+    char *bad_env[8];
+    int nbad = 0;
     mpt_prog = "verbs_errors";
 
 #ifdef USE_MPI
@@ -527,6 +533,11 @@ int main(int argc, char **argv)
             if (!mpt_setenv_arg(optarg))
                 usage();
             break;
+        case 'b':
+            if (nbad == 8)
+                usage();
+            bad_env[nbad++] = optarg;
+            break;
         default:
             usage();
         }
@@ -535,6 +546,7 @@ int main(int argc, char **argv)
         usage();
     limit_ns = mpt_time_limit_ns();
 
+    mpt_bad_env(bad_env, nbad);
     dchan_ctx_t *ctx = mpt_init(on_error);
     if (strcmp(dchan_provider_name(ctx), "verbs") != 0)
         die("provider %s, expected verbs", dchan_provider_name(ctx));
