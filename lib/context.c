@@ -74,9 +74,11 @@ static void prov_free(struct dchan_prov *p)
     free(p);
 }
 
-/* Adds "name: why" to what the error says when no provider can be used. */
+/* A provider cannot be used: says why (DCHAN_LOG=info) and adds "name:
+ * why" to what the error says when no provider can be used. */
 static void note_refusal(dchan_ctx_t *ctx, const char *name, const char *why)
 {
+    dchan_info(ctx, name, "not usable: %s", why);
     size_t used = strlen(ctx->refusal);
     snprintf(ctx->refusal + used, sizeof ctx->refusal - used, "%s%s: %s", used ? "; " : "", name,
              why);
@@ -90,7 +92,7 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, in
     int n = ctx->nranks, rc, all_ok = 1;
     int64_t mine[2], *theirs = NULL;
     unsigned char *addrs = NULL, *pad;
-    size_t maxlen = 0;
+    size_t maxlen = 0, noted = strlen(ctx->refusal);
 
     struct dchan_prov *p = calloc(1, sizeof *p);
     theirs = calloc((size_t)n, sizeof mine);
@@ -106,16 +108,13 @@ static int prov_start(dchan_ctx_t *ctx, const struct dchan_provider_ops *ops, in
     if (rc == DCHAN_SUCCESS)
         rc = ops->open(p);
     p->opened = rc == DCHAN_SUCCESS;
-    if (!p->opened && p->desc[0]) {
-        dchan_info(ctx, ops->name, "cannot open: %s", p->desc);
+    if (!p->opened && p->desc[0])
         note_refusal(ctx, ops->name, p->desc);
-    }
     if (p->opened && ctx->detect != DCHAN_DETECT_AUTO &&
         !(p->modes & DCHAN_MODE_BIT(ctx->detect))) {
         char why[64];
         snprintf(why, sizeof why, "does not offer detection '%s' here",
                  dchan_enum_word(DCHAN_PT_DETECT, ctx->detect));
-        dchan_info(ctx, ops->name, "%s", why);
         note_refusal(ctx, ops->name, why);
         rc = DCHAN_ERR_UNSUPPORTED;
     }
@@ -138,7 +137,6 @@ fail:
                 char why[64];
                 snprintf(why, sizeof why, "refused on rank %d (%s)", r,
                          dchan_strerror((int)theirs[2 * r]));
-                dchan_info(ctx, ops->name, "%s", why);
                 note_refusal(ctx, ops->name, why);
             }
             all_ok = 0;
@@ -187,6 +185,8 @@ out:
     free(addrs);
     free(theirs);
     if (rc != DCHAN_SUCCESS) {
+        if (strlen(ctx->refusal) == noted)
+            note_refusal(ctx, ops->name, dchan_strerror(rc)); /* no reason given */
         prov_free(p);
         return rc;
     }
@@ -351,8 +351,6 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
                 continue;
             }
             rc = prov_start(ctx, ops, 1, &ctx->net);
-            if (rc != DCHAN_SUCCESS)
-                dchan_info(ctx, word, "not usable: %s", dchan_strerror(rc));
         }
         if (!ctx->net) {
             dchan_err(ctx, NULL, "none of the providers '%s' could be used (%s%s%s); see dchan_info",
@@ -375,9 +373,7 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         if (dchan_providers[i]->scope != DCHAN_SCOPE_HOST)
             continue;
         rc = prov_start(ctx, dchan_providers[i], 0, &ctx->local);
-        if (rc != DCHAN_SUCCESS)
-            dchan_info(ctx, dchan_providers[i]->name, "not usable: %s", dchan_strerror(rc));
-        else if ((rc = add_prov(ctx, ctx->local)) != DCHAN_SUCCESS)
+        if (rc == DCHAN_SUCCESS && (rc = add_prov(ctx, ctx->local)) != DCHAN_SUCCESS)
             return rc;
     }
     if (multi || (ctx->nranks > 1 && !ctx->local)) {
@@ -385,8 +381,6 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
             if (dchan_providers[i]->scope != DCHAN_SCOPE_NET)
                 continue;
             rc = prov_start(ctx, dchan_providers[i], 0, &ctx->net);
-            if (rc != DCHAN_SUCCESS)
-                dchan_info(ctx, dchan_providers[i]->name, "not usable: %s", dchan_strerror(rc));
         }
         if (!ctx->net) {
             dchan_err(ctx, NULL,

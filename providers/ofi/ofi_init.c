@@ -865,9 +865,7 @@ static int ofi_open(struct dchan_prov *p)
         dchan_ofi_fn.freeinfo(list);
         if (!why[0] && skipped[0])
             snprintf(why, sizeof why, "only the tcp/sockets/udp fallbacks %s", skipped);
-        set_desc(p, "%s", why[0] ? why : "no usable libfabric provider");
-        if (rank0)
-            dchan_info(p->ctx, OFI_NAME, "not usable: %s", p->desc);
+        set_desc(p, "%s", why[0] ? why : "no usable libfabric provider"); /* quoted by the core */
         return rc == DCHAN_SUCCESS ? DCHAN_ERR_UNSUPPORTED : rc;
     }
     st->cq_data = pl.cq_data;

@@ -716,10 +716,8 @@ static int vrb_open(struct dchan_prov *p)
     return DCHAN_SUCCESS;
 
 fail:
-    if (why[0]) {
-        snprintf(p->desc, sizeof p->desc, "%s", why);
-        dchan_info(p->ctx, VRB_NAME, "%s", why);
-    }
+    if (why[0])
+        snprintf(p->desc, sizeof p->desc, "%s", why); /* the core logs and quotes it */
     vrb_free(s);
     return rc;
 }
