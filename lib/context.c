@@ -187,6 +187,7 @@ out:
     if (rc != DCHAN_SUCCESS) {
         if (strlen(ctx->refusal) == noted)
             note_refusal(ctx, ops->name, dchan_strerror(rc)); /* no reason given */
+        ctx->declined = p && p->declined;
         prov_free(p);
         return rc;
     }
@@ -369,12 +370,18 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
         return rc;
     }
 
+    /* Ranks that share a host but cannot use its provider talk at network
+     * speed: rank 0 says so (unless its own settings turned the provider
+     * off), with why. */
+    char host_why[sizeof ctx->refusal] = "";
     for (size_t i = 0; shared && i < dchan_num_providers && !ctx->local; i++) {
         if (dchan_providers[i]->scope != DCHAN_SCOPE_HOST)
             continue;
         rc = prov_start(ctx, dchan_providers[i], 0, &ctx->local);
         if (rc == DCHAN_SUCCESS && (rc = add_prov(ctx, ctx->local)) != DCHAN_SUCCESS)
             return rc;
+        if (!ctx->local && !ctx->declined)
+            snprintf(host_why, sizeof host_why, "%s", ctx->refusal);
     }
     if (multi || (ctx->nranks > 1 && !ctx->local)) {
         for (size_t i = 0; i < dchan_num_providers && !ctx->net; i++) {
@@ -412,6 +419,11 @@ static int select_providers(dchan_ctx_t *ctx, const char *list)
     else
         snprintf(ctx->prov_name, sizeof ctx->prov_name, "%s",
                  (ctx->local ? ctx->local : ctx->net ? ctx->net : ctx->self)->ops->name);
+    if (ctx->rank == 0 && host_why[0] && ctx->net)
+        dchan_warn(ctx, NULL,
+                   "ranks that share a host cannot use its provider (%s): %s serves them, "
+                   "at network speed",
+                   host_why, ctx->net->ops->name);
     if (ctx->rank == 0) {
         if (ctx->local)
             dchan_info(ctx, ctx->local->ops->name, "chosen for ranks on the same host%s%s",

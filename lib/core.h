@@ -197,6 +197,7 @@ struct dchan_ctx {
     char prov_name[48];        /* what dchan_provider_name reports */
     char refusal[256];         /* "name: why; ..." of the providers that could
                                 * not open here, for the error when none could */
+    bool declined;             /* the last provider refused by this rank's settings */
     struct dchan_mem *mem;     /* dchan_alloc blocks, sorted by address */
     size_t nmem, mem_cap;
     struct dchan_prov *mem_prov; /* where they come from; NULL: the heap */

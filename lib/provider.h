@@ -284,6 +284,7 @@ struct dchan_prov {
     struct dchan_regcache *regs;
     int opened, connected;
     int forced; /* named by DCHAN_PROVIDER or attr.provider: fallbacks are acceptable */
+    int declined; /* open refused because the settings ask for it (DCHAN_SHM_CMA=0) */
     char desc[160];       /* what was chosen and why, for DCHAN_LOG=info */
 };
 

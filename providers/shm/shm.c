@@ -276,6 +276,7 @@ static int shm_open_(struct dchan_prov *p)
     /* Why open fails goes in p->desc: the core logs it and quotes it. */
     if (!pv->SHM_CMA) {
         snprintf(p->desc, sizeof p->desc, "DCHAN_SHM_CMA=0: not used");
+        p->declined = 1; /* as asked: no warning */
         return DCHAN_ERR_UNSUPPORTED;
     }
     if (slots < SHM_RING_MIN || slots > SHM_RING_MAX || (slots & (slots - 1))) {

@@ -572,7 +572,8 @@ static void usage(void)
             "       [--max-bytes B (per channel and size; iterations are cut to fit, to 16\n"
             "        at least; default 256M, 0: no cap)]\n"
             "       [--odd-env NAME=VALUE (set on odd ranks only, before dchan_init; up to 8)]\n"
-            "       [--bad-env NAME=VALUE (dchan_init with it set must fail and name it; up to 8)]\n");
+            "       [--bad-env NAME=VALUE (dchan_init with it set must fail and name it; up to 8)]\n"
+            "       [--expect-warning TEXT ('+' for spaces: on rank 0's stderr from dchan_init)]\n");
     exit(2);
 }
 
@@ -604,8 +605,9 @@ int main(int argc, char **argv)
         {"wire-in", required_argument, 0, 'n'}, {"hosts", required_argument, 0, 'h'},
         {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
         {"max-bytes", required_argument, 0, 'x'}, {"odd-env", required_argument, 0, 'e'},
-        {"bad-env", required_argument, 0, 'B'}, {0, 0, 0, 0}};
-    char *odd_env[8], *bad_env[8];
+        {"bad-env", required_argument, 0, 'B'}, {"expect-warning", required_argument, 0, 'W'},
+        {0, 0, 0, 0}};
+    char *odd_env[8], *bad_env[8], *warning = NULL;
     int nodd = 0, nbad = 0;
 
     mpt_prog = "mp_exchange";
@@ -635,6 +637,13 @@ int main(int argc, char **argv)
                 usage();
             bad_env[nbad++] = optarg;
             break;
+        case 'W':
+            /* '+' for a space: scenario arguments are split at spaces. */
+            warning = optarg;
+            for (char *c = warning; *c; c++)
+                if (*c == '+')
+                    *c = ' ';
+            break;
         default: usage();
         }
     }
@@ -651,7 +660,16 @@ int main(int argc, char **argv)
         mpt_setenv_arg(odd_env[i]);
     mpt_bad_env(bad_env, nbad);
 
+    char log[4096];
+    int saved = 0;
+    FILE *cap = warning ? mpt_capture(&saved) : NULL;
     dchan_ctx_t *ctx = mpt_init(on_error);
+    if (cap) {
+        /* Rank 0 warns, once for the job. */
+        mpt_captured(cap, saved, log, sizeof log);
+        if ((strstr(log, warning) != NULL) != (me == 0))
+            die("dchan_init's stderr %s '%s': '%s'", me == 0 ? "lacks" : "has", warning, log);
+    }
 
     /* The detection mode in use, from a probe handle to self. */
     {

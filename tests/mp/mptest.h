@@ -149,27 +149,42 @@ static inline void mpt_buf_init(dchan_ctx_t *ctx)
 /* dchan_init with NAME=VALUE set (then unset again): it must fail with
  * want, leave its out-parameter unwritten and say want_text on stderr
  * (captured, then passed on). Collective, as dchan_init is. */
-static inline void mpt_init_must_fail(const char *name, const char *value, int want,
-                                      const char *want_text)
+/* What the process writes to stderr from mpt_capture to mpt_captured goes
+ * to text (len bytes at most, the rest dropped), then to stderr. */
+static inline FILE *mpt_capture(int *saved)
 {
-    char text[4096] = "";
-    setenv(name, value, 1);
     FILE *log = tmpfile();
-    int saved = dup(2);
-    if (!log || saved < 0 || dup2(fileno(log), 2) < 0)
+    fflush(stderr);
+    *saved = dup(2);
+    if (!log || *saved < 0 || dup2(fileno(log), 2) < 0)
         die("cannot capture stderr");
-    dchan_attr_t attr;
-    dchan_ctx_t *c = (dchan_ctx_t *)&attr;
-    dchan_attr_init(&attr);
-    int rc = dchan_init(&attr, &c);
+    return log;
+}
+
+static inline void mpt_captured(FILE *log, int saved, char *text, size_t len)
+{
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
     rewind(log);
-    size_t n = fread(text, 1, sizeof text - 1, log);
+    size_t n = fread(text, 1, len - 1, log);
     text[n] = 0;
     fclose(log);
     fputs(text, stderr);
+}
+
+static inline void mpt_init_must_fail(const char *name, const char *value, int want,
+                                      const char *want_text)
+{
+    char text[4096] = "";
+    int saved;
+    setenv(name, value, 1);
+    FILE *log = mpt_capture(&saved);
+    dchan_attr_t attr;
+    dchan_ctx_t *c = (dchan_ctx_t *)&attr;
+    dchan_attr_init(&attr);
+    int rc = dchan_init(&attr, &c);
+    mpt_captured(log, saved, text, sizeof text);
     unsetenv(name);
     if (rc != want || c != (dchan_ctx_t *)&attr)
         die("dchan_init with %s=%s returned %d (%s)%s, expected %s", name, value, rc,
