@@ -167,6 +167,13 @@ static int pmix_boot_barrier(struct dchan_boot *b, int (*poll)(void *), void *ar
     return DCHAN_SUCCESS;
 }
 
+/* Each context finalizes PMIx: a process may not end with PMIx still
+ * initialised (Open MPI's launcher then reports an abnormal termination).
+ * A known limit: a context created after another was finalized in the same
+ * process initialises PMIx again, and with PMIx 4.2 under Open MPI 4.1's
+ * launcher one of its exchanges then fails now and then (a rank's data
+ * missing after a fence: 6 runs in 40 of a program making four contexts
+ * in a row, none in 80 of one making one). */
 static void pmix_boot_fini(struct dchan_boot *b)
 {
     if (!b->state)
