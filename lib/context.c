@@ -529,13 +529,15 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
                          : DCHAN_LOG_WARN;
     ctx->instance = __atomic_fetch_add(&instances, 1, __ATOMIC_RELAXED);
 
+    /* What this rank alone finds wrong (step 1) fails it, and, through the
+     * first exchange, every other rank, instead of leaving them waiting in
+     * the bootstrap: as long as the bootstrap itself can start here. */
+    int local_rc = DCHAN_SUCCESS;
     rc = dchan_params_load(&ctx->params, err, sizeof err);
     if (rc != DCHAN_SUCCESS || attr.config_error) {
         dchan_err(ctx, NULL, "%s", rc != DCHAN_SUCCESS ? err : "malformed DCHAN_* variable");
-        free(ctx);
-        return DCHAN_ERR_INVALID_ARG;
-    }
-    if (attr.detect < DCHAN_DETECT_AUTO || attr.detect > DCHAN_DETECT_EVENT ||
+        local_rc = DCHAN_ERR_INVALID_ARG;
+    } else if (attr.detect < DCHAN_DETECT_AUTO || attr.detect > DCHAN_DETECT_EVENT ||
         attr.thread_level < DCHAN_THREAD_SINGLE || attr.thread_level > DCHAN_THREAD_MULTIPLE ||
         attr.bootstrap < DCHAN_BOOT_AUTO || attr.bootstrap > DCHAN_BOOT_SINGLETON ||
         attr.log_level < DCHAN_LOG_NONE || attr.log_level > DCHAN_LOG_DEBUG ||
@@ -546,22 +548,24 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
                   "DCHAN_MAX_HANDLES %lu, DCHAN_CREDIT_WORDS %lu",
                   attr.detect, attr.thread_level, attr.bootstrap, attr.log_level,
                   ctx->params.MAX_HANDLES, ctx->params.CREDIT_WORDS);
-        free(ctx);
-        return DCHAN_ERR_INVALID_ARG;
+        local_rc = DCHAN_ERR_INVALID_ARG;
+    } else if (attr.provider && *attr.provider &&
+               (rc = dchan_params_check_providers(attr.provider, err, sizeof err)) !=
+                   DCHAN_SUCCESS) {
+        dchan_err(ctx, NULL, "DCHAN_PROVIDER: %s", err);
+        local_rc = rc;
     }
-    if (attr.provider && *attr.provider) {
-        rc = dchan_params_check_providers(attr.provider, err, sizeof err);
-        if (rc != DCHAN_SUCCESS) {
-            dchan_err(ctx, NULL, "DCHAN_PROVIDER: %s", err);
-            free(ctx);
-            return rc;
-        }
+    if (local_rc != DCHAN_SUCCESS &&
+        (attr.bootstrap < DCHAN_BOOT_AUTO || attr.bootstrap > DCHAN_BOOT_SINGLETON ||
+         attr.thread_level < DCHAN_THREAD_SINGLE || attr.thread_level > DCHAN_THREAD_MULTIPLE)) {
+        free(ctx); /* the bootstrap cannot start: the others wait */
+        return local_rc;
     }
     ctx->detect = attr.detect;
     ctx->thread_level = attr.thread_level;
     ctx->error_fn = attr.error_fn;
     ctx->error_arg = attr.error_arg;
-    ctx->locking = attr.thread_level == DCHAN_THREAD_MULTIPLE;
+    ctx->locking = attr.thread_level == DCHAN_THREAD_MULTIPLE && local_rc == DCHAN_SUCCESS;
     if (ctx->locking && pthread_mutex_init(&ctx->lock, NULL) != 0) {
         free(ctx);
         return DCHAN_ERR_NO_MEMORY;
@@ -569,8 +573,11 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
     ctx->magic = DCHAN_CTX_MAGIC;
 
     rc = dchan_boot_init(&ctx->boot, &attr, ctx);
-    if (rc != DCHAN_SUCCESS)
+    if (rc != DCHAN_SUCCESS) {
+        if (local_rc != DCHAN_SUCCESS)
+            rc = local_rc;
         goto fail;
+    }
     ctx->rank = ctx->boot.rank;
     ctx->nranks = ctx->boot.size;
 
@@ -580,7 +587,7 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
      * sender's area, which holds the sender's count). */
     {
         struct {
-            uint64_t key, cfg, words;
+            uint64_t key, cfg, words, failed;
         } mine, *all = calloc((size_t)ctx->nranks, sizeof mine);
         if (!all) {
             rc = DCHAN_ERR_NO_MEMORY;
@@ -590,8 +597,17 @@ DCHAN_API int dchan_init(const dchan_attr_t *uattr, dchan_ctx_t **out)
         mine.cfg = dchan_fnv1a64(attr.provider ? attr.provider : "", attr.provider ? strlen(attr.provider) : 0) ^
                    (uint64_t)attr.detect;
         mine.words = ctx->params.CREDIT_WORDS;
+        mine.failed = local_rc != DCHAN_SUCCESS;
         rc = dchan_boot_allgather(&ctx->boot, &mine, all, sizeof mine);
         ctx->epoch_state = mine.key; /* this rank's own random value */
+        for (int r = 0; rc == DCHAN_SUCCESS && r < ctx->nranks; r++)
+            if (all[r].failed) {
+                /* That rank said why on its own stderr. */
+                if (r != ctx->rank)
+                    dchan_err(ctx, NULL, "rank %d could not start: its attributes or DCHAN_* "
+                              "variables are invalid (see its error)", r);
+                rc = local_rc != DCHAN_SUCCESS ? local_rc : DCHAN_ERR_INVALID_ARG;
+            }
         if (rc == DCHAN_SUCCESS) {
             ctx->job_key = all[0].key;
             for (int r = 1; r < ctx->nranks; r++) {

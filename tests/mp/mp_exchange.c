@@ -573,7 +573,8 @@ static void usage(void)
             "        at least; default 256M, 0: no cap)]\n"
             "       [--odd-env NAME=VALUE (set on odd ranks only, before dchan_init; up to 8)]\n"
             "       [--bad-env NAME=VALUE (dchan_init with it set must fail and name it; up to 8)]\n"
-            "       [--expect-warning TEXT ('+' for spaces: on rank 0's stderr from dchan_init)]\n");
+            "       [--expect-warning TEXT ('+' for spaces: on rank 0's stderr from dchan_init)]\n"
+            "       [--odd-bad-env NAME=VALUE (malformed on odd ranks: every dchan_init must fail)]\n");
     exit(2);
 }
 
@@ -606,8 +607,8 @@ int main(int argc, char **argv)
         {"no-cma", no_argument, 0, 'm'}, {"shm-ring", required_argument, 0, 'r'},
         {"max-bytes", required_argument, 0, 'x'}, {"odd-env", required_argument, 0, 'e'},
         {"bad-env", required_argument, 0, 'B'}, {"expect-warning", required_argument, 0, 'W'},
-        {0, 0, 0, 0}};
-    char *odd_env[8], *bad_env[8], *warning = NULL;
+        {"odd-bad-env", required_argument, 0, 'O'}, {0, 0, 0, 0}};
+    char *odd_env[8], *bad_env[8], *warning = NULL, *odd_bad = NULL;
     int nodd = 0, nbad = 0;
 
     mpt_prog = "mp_exchange";
@@ -637,6 +638,11 @@ int main(int argc, char **argv)
                 usage();
             bad_env[nbad++] = optarg;
             break;
+        case 'O':
+            if (!strchr(optarg, '='))
+                usage();
+            odd_bad = optarg;
+            break;
         case 'W':
             /* '+' for a space: scenario arguments are split at spaces. */
             warning = optarg;
@@ -659,6 +665,16 @@ int main(int argc, char **argv)
     for (int i = 0; i < nodd && mpt_launcher_rank() % 2; i++)
         mpt_setenv_arg(odd_env[i]);
     mpt_bad_env(bad_env, nbad);
+    if (odd_bad) {
+        /* Malformed on the odd ranks only: every rank's dchan_init fails,
+         * the odd ones naming the variable, the others naming rank 1. */
+        char *eq = strchr(odd_bad, '=');
+        int odd = mpt_launcher_rank() % 2;
+        *eq = '\0';
+        mpt_init_must_fail(odd_bad, odd ? eq + 1 : NULL, DCHAN_ERR_INVALID_ARG,
+                           odd ? odd_bad : "rank 1 could not start");
+        *eq = '=';
+    }
 
     char log[4096];
     int saved = 0;

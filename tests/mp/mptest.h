@@ -146,9 +146,10 @@ static inline void mpt_buf_init(dchan_ctx_t *ctx)
     mpt_buf_ctx = b && strcmp(b, "alloc") == 0 ? ctx : NULL;
 }
 
-/* dchan_init with NAME=VALUE set (then unset again): it must fail with
- * want, leave its out-parameter unwritten and say want_text on stderr
- * (captured, then passed on). Collective, as dchan_init is. */
+/* dchan_init with NAME=VALUE set (then unset again; value NULL: set
+ * nothing): it must fail with want, leave its out-parameter unwritten and
+ * say want_text on stderr (captured, then passed on). Collective, as
+ * dchan_init is. */
 /* What the process writes to stderr from mpt_capture to mpt_captured goes
  * to text (len bytes at most, the rest dropped), then to stderr. */
 static inline FILE *mpt_capture(int *saved)
@@ -178,14 +179,16 @@ static inline void mpt_init_must_fail(const char *name, const char *value, int w
 {
     char text[4096] = "";
     int saved;
-    setenv(name, value, 1);
+    if (value)
+        setenv(name, value, 1);
     FILE *log = mpt_capture(&saved);
     dchan_attr_t attr;
     dchan_ctx_t *c = (dchan_ctx_t *)&attr;
     dchan_attr_init(&attr);
     int rc = dchan_init(&attr, &c);
     mpt_captured(log, saved, text, sizeof text);
-    unsetenv(name);
+    if (value)
+        unsetenv(name);
     if (rc != want || c != (dchan_ctx_t *)&attr)
         die("dchan_init with %s=%s returned %d (%s)%s, expected %s", name, value, rc,
             dchan_strerror(rc), c != (dchan_ctx_t *)&attr ? " and wrote *ctx" : "",
