@@ -528,7 +528,7 @@ static void csend_add(dchan_ctx_t *ctx, dchan_handle_t *h)
         return;
     struct dchan_csend_row *row = &ctx->csend[h->peer];
     if (h->cidx >= row->n) {
-        /* CREDIT_WORDS entries, or the next power of two that holds cidx. */
+        /* CREDIT_WORDS entries, doubled until cidx fits. */
         uint32_t n = (uint32_t)ctx->params.CREDIT_WORDS;
         while (n <= h->cidx)
             n *= 2;

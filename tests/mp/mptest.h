@@ -190,11 +190,12 @@ static inline void mpt_init_must_fail(const char *name, const char *value, int w
     if (value)
         unsetenv(name);
     if (rc != want || c != (dchan_ctx_t *)&attr)
-        die("dchan_init with %s=%s returned %d (%s)%s, expected %s", name, value, rc,
-            dchan_strerror(rc), c != (dchan_ctx_t *)&attr ? " and wrote *ctx" : "",
-            dchan_strerror(want));
+        die("dchan_init with %s%s%s returned %d (%s)%s, expected %s", name,
+            value ? "=" : " unset here", value ? value : "", rc, dchan_strerror(rc),
+            c != (dchan_ctx_t *)&attr ? " and wrote *ctx" : "", dchan_strerror(want));
     if (!strstr(text, want_text))
-        die("dchan_init with %s=%s: stderr lacks '%s': '%s'", name, value, want_text, text);
+        die("dchan_init with %s%s%s: stderr lacks '%s': '%s'", name, value ? "=" : " unset here",
+            value ? value : "", want_text, text);
 }
 
 /* Each NAME=VALUE of a test's --bad-env options: a dchan_init with it set
