@@ -608,8 +608,8 @@ int main(int argc, char **argv)
         {"max-bytes", required_argument, 0, 'x'}, {"odd-env", required_argument, 0, 'e'},
         {"bad-env", required_argument, 0, 'B'}, {"expect-warning", required_argument, 0, 'W'},
         {"odd-bad-env", required_argument, 0, 'O'}, {0, 0, 0, 0}};
-    char *odd_env[8], *bad_env[8], *warning = NULL, *odd_bad = NULL;
-    int nodd = 0, nbad = 0;
+    char *odd_env[8], *warning = NULL, *odd_bad = NULL;
+    int nodd = 0;
 
     mpt_prog = "mp_exchange";
 #ifdef USE_MPI
@@ -634,9 +634,8 @@ int main(int argc, char **argv)
             odd_env[nodd++] = optarg;
             break;
         case 'B':
-            if (nbad == 8)
+            if (!mpt_bad_env_add(optarg))
                 usage();
-            bad_env[nbad++] = optarg;
             break;
         case 'O':
             if (!strchr(optarg, '='))
@@ -664,7 +663,7 @@ int main(int argc, char **argv)
     /* Settings that may differ between ranks: the odd ranks take these. */
     for (int i = 0; i < nodd && mpt_launcher_rank() % 2; i++)
         mpt_setenv_arg(odd_env[i]);
-    mpt_bad_env(bad_env, nbad);
+    mpt_bad_env();
     if (odd_bad) {
         /* Malformed on the odd ranks only: every rank's dchan_init fails,
          * the odd ones naming the variable, the others naming rank 1. */

@@ -198,16 +198,26 @@ static inline void mpt_init_must_fail(const char *name, const char *value, int w
             value ? value : "", want_text, text);
 }
 
-/* Each NAME=VALUE of a test's --bad-env options: a dchan_init with it set
- * fails with DCHAN_ERR_INVALID_ARG and names NAME on stderr. */
-static inline void mpt_bad_env(char **nv, int n)
+/* A test's --bad-env NAME=VALUE options, kept by mpt_bad_env_add (0 when
+ * malformed or one too many), then run by mpt_bad_env: a dchan_init with
+ * each set fails with DCHAN_ERR_INVALID_ARG and names NAME on stderr. */
+static char *mpt_bad_envs[8];
+static int mpt_nbad_envs;
+
+static inline int mpt_bad_env_add(char *nv)
 {
-    for (int i = 0; i < n; i++) {
-        char *eq = strchr(nv[i], '=');
-        if (!eq)
-            die("--bad-env %s: NAME=VALUE expected", nv[i]);
+    if (mpt_nbad_envs == 8 || !strchr(nv, '='))
+        return 0;
+    mpt_bad_envs[mpt_nbad_envs++] = nv;
+    return 1;
+}
+
+static inline void mpt_bad_env(void)
+{
+    for (int i = 0; i < mpt_nbad_envs; i++) {
+        char *nv = mpt_bad_envs[i], *eq = strchr(nv, '=');
         *eq = '\0';
-        mpt_init_must_fail(nv[i], eq + 1, DCHAN_ERR_INVALID_ARG, nv[i]);
+        mpt_init_must_fail(nv, eq + 1, DCHAN_ERR_INVALID_ARG, nv);
         *eq = '=';
     }
 }

@@ -499,8 +499,6 @@ int main(int argc, char **argv)
                                          {"depth", required_argument, 0, 'd'},
                                          {"bad-env", required_argument, 0, 'b'},
                                          {0, 0, 0, 0}};
-    char *bad_env[8];
-    int nbad = 0;
     mpt_prog = "verbs_errors";
 
 #ifdef USE_MPI
@@ -534,9 +532,8 @@ int main(int argc, char **argv)
                 usage();
             break;
         case 'b':
-            if (nbad == 8)
+            if (!mpt_bad_env_add(optarg))
                 usage();
-            bad_env[nbad++] = optarg;
             break;
         default:
             usage();
@@ -546,7 +543,7 @@ int main(int argc, char **argv)
         usage();
     limit_ns = mpt_time_limit_ns();
 
-    mpt_bad_env(bad_env, nbad);
+    mpt_bad_env();
     dchan_ctx_t *ctx = mpt_init(on_error);
     if (strcmp(dchan_provider_name(ctx), "verbs") != 0)
         die("provider %s, expected verbs", dchan_provider_name(ctx));
