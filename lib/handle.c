@@ -245,10 +245,14 @@ void dchan_core_arrival(dchan_handle_t *h)
         arrived(h, 1);
 }
 
-/* Whole words, then bytes: notices carry a few dozen bytes at most, where
- * a call to memcpy costs more than the copy. */
+/* Whole words, then bytes: most notices carry a few dozen bytes, where a
+ * call to memcpy costs more than the copy; staged bodies (shm) are larger. */
 static void copy_small(unsigned char *d, const unsigned char *s, size_t n)
 {
+    if (n > 64) {
+        memcpy(d, s, n);
+        return;
+    }
     for (; n >= 8; n -= 8, d += 8, s += 8) {
         uint64_t w;
         memcpy(&w, s, 8);

@@ -17,7 +17,8 @@
  * EVENT puts of up to 48 bytes travel inside the ring record instead, and
  * the receiver copies them into the buffer when it consumes the record.
  * A receive buffer anywhere else is written with Cross Memory Attach
- * (process_vm_writev), one system call per chunk; the call has returned,
+ * (process_vm_writev), one system call per chunk, unless the body is
+ * small (below); the call has returned,
  * so every byte landed, before the arrival is signalled. The signal is
  * then never a word written through that call: the kernel copies byte
  * by byte (rep movsb) and can be preempted in the middle, so another
@@ -26,7 +27,13 @@
  * last word. EVENT signals with its ring record as always; SENTINEL and
  * FLAG send the word in a ring record, and the receiver stores it itself
  * (struct shm_word). A body of up to 32 bytes rides in that record too,
- * as EVENT's of up to 48 do in theirs: no system call at all.
+ * as EVENT's of up to 48 do in theirs: no system call at all. A body of
+ * up to SHM_STAGE_MAX rides in the whole records after it (staged,
+ * shm_ring.h), and the receiver copies it in as it does an inline one:
+ * two copies instead of a system call, measured in bench/README.md's
+ * shm-heap rows. Only where those records would take more than a quarter
+ * of the ring, or run across its end, does such a body go by Cross
+ * Memory Attach.
  *
  * Safety: peers validate a segment's size, owner, mode, seals and header
  * (job key, rank, pid) before trusting it; offsets read from wires are
@@ -58,8 +65,14 @@
  *     would leave a body of any size there): an arrival. A credit hint
  *     (SHM_LEN_HINT) is a copy of a value the peer could as well store in
  *     the credit word, and the core takes it only as it would take the
- *     word: its own channel's, at most depth ahead. At most one ring
- *     of records is consumed per progress call, so a peer that keeps the
+ *     word: its own channel's, at most depth ahead. A staged body
+ *     (SHM_LEN_STAGED) is read only from the records its length spans,
+ *     checked against the private geometry (at most a quarter of the
+ *     ring, never across its end) before a byte of it is read; any other
+ *     span is DCHAN_ERR_SIZE on the handle named, the record taken alone.
+ *     The lines it spans are zeroed where a record's seq would be, the
+ *     consumer's only write to the ring. At most about one ring of
+ *     records is consumed per progress call, so a peer that keeps the
  *     ring full cannot hold progress.
  *   - Producers read the peer's ring tail and head, and index the ring
  *     with the private mask: garbage there makes the ring look full (puts
@@ -756,16 +769,59 @@ static inline __attribute__((always_inline)) void record_take(struct dchan_prov 
     }
 }
 
-/* A record with a credit hint (the hint is a copy of a credit value,
- * which the core checks as it checks the word), or one that carries a
- * signalling word (stored by the core, for a live SENTINEL or FLAG handle
- * of this provider and one of its slots only). Out of line, so that
- * ring_drain keeps no more registers across its calls than a record
- * without either needs. */
-static void __attribute__((noinline)) record_take_rare(struct dchan_prov *p, struct shm_ring *r,
-                                                       const struct shm_slot *sl, uint32_t id,
-                                                       uint32_t len)
+/* A staged record (SHM_LEN_STAGED, shm_ring.h) at the head: the records
+ * it takes, its own included, or 0 when its length or span is one no
+ * producer of ours makes (no body, beyond SHM_STAGE_MAX, more than a
+ * quarter of the ring, or across its end). */
+static inline uint64_t staged_span(const struct shm_ring *r, uint64_t at, uint32_t n)
 {
+    uint64_t k = shm_staged_records(at, n);
+    if (n == 0 || n > SHM_STAGE_MAX || k > (r->mask + 1) / 4 ||
+        (r->head & r->mask) + k > r->mask + 1)
+        return 0;
+    return k;
+}
+
+/* A record with a credit hint (the hint is a copy of a credit value,
+ * which the core checks as it checks the word), one that carries a
+ * signalling word (stored by the core, for a live SENTINEL or FLAG handle
+ * of this provider and one of its slots only), or a staged body. Out of
+ * line, so that ring_drain keeps no more registers across its calls than
+ * a record without either needs. Returns the records it took: more than
+ * one for a staged body, whose lines it zeroes (shm_ring.h). A staged
+ * record whose span is malformed is taken alone, with a length no handle
+ * has (DCHAN_ERR_SIZE on the one named, nothing read); one with other
+ * flags as well is no staged record (as a word record must be exactly
+ * that). */
+static uint64_t __attribute__((noinline)) record_take_rare(struct dchan_prov *p,
+                                                           struct shm_ring *r,
+                                                           const struct shm_slot *sl, uint32_t id,
+                                                           uint32_t len)
+{
+    uint64_t k = 1;
+    if ((len & ~(SHM_LEN_WORD | SHM_STAGED_LEN_MASK)) == SHM_LEN_STAGED) {
+        bool word = len & SHM_LEN_WORD;
+        uint32_t n = len & SHM_STAGED_LEN_MASK;
+        k = staged_span(r, word ? SHM_WORD_BODY_AT : 0, n);
+        size_t body = k ? n : SIZE_MAX;
+        const unsigned char *data = word ? sl->data + SHM_WORD_BODY_AT : sl->data;
+        bool taken;
+        if (word) {
+            const struct shm_word *w = (const struct shm_word *)sl->data;
+            taken = id && dchan_core_signal_id(p, id, __atomic_load_n(&w->slot, __ATOMIC_RELAXED),
+                                               __atomic_load_n(&w->value, __ATOMIC_RELAXED),
+                                               data, body);
+        } else {
+            taken = id && dchan_core_arrival_id(p, id, 0, -1, data, body);
+        }
+        if (!taken)
+            ring_drop(p, r);
+        if (k == 0)
+            return 1;
+        for (uint64_t j = 1; j < k; j++)
+            __atomic_store_n(&r->slots[(r->head + j) & r->mask].seq, 0, __ATOMIC_RELAXED);
+        return k;
+    }
     if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD) {
         /* n past what a record holds is a length no handle has: the core
          * raises DCHAN_ERR_SIZE on the one named and reads nothing. */
@@ -776,7 +832,7 @@ static void __attribute__((noinline)) record_take_rare(struct dchan_prov *p, str
                                          n ? sl->data + SHM_WORD_BODY_AT : NULL,
                                          n <= SHM_WORD_INLINE ? n : SIZE_MAX))
             ring_drop(p, r);
-        return;
+        return k;
     }
     len &= ~SHM_LEN_HINT;
     if (id && len <= SHM_HINT_AT) {
@@ -787,31 +843,36 @@ static void __attribute__((noinline)) record_take_rare(struct dchan_prov *p, str
                                  __atomic_load_n(&hn->value, __ATOMIC_RELAXED)),
                              0))
             ring_drop(p, r);
-        return;
+        return k;
     }
     record_take(p, r, sl, id, len);
+    return k;
 }
 
 /* Consume the own ring from a complete record at the head on; position
  * and geometry are the private ones. */
 static int ring_drain(struct dchan_prov *p, struct shm_ring *r)
 {
-    int n = 0;
+    uint64_t n = 0;
     do {
         const struct shm_slot *sl = &r->slots[r->head & r->mask];
         uint32_t id = __atomic_load_n(&sl->id, __ATOMIC_RELAXED),
                  len = __atomic_load_n(&sl->len, __ATOMIC_RELAXED);
-        if (__builtin_expect(len & (SHM_LEN_HINT | SHM_LEN_WORD), 0))
-            record_take_rare(p, r, sl, id, len);
+        uint64_t k = 1;
+        if (__builtin_expect(len & (SHM_LEN_HINT | SHM_LEN_WORD | SHM_LEN_STAGED), 0))
+            k = record_take_rare(p, r, sl, id, len);
         else
             record_take(p, r, sl, id, len);
-        /* Producers reuse the slot once they see the head past it. */
-        __atomic_store_n(r->head_pub, ++r->head, __ATOMIC_RELEASE);
+        /* Producers reuse the slot once they see the head past it (the
+         * release also orders the zeroed lines of a staged body). */
+        r->head += k;
+        __atomic_store_n(r->head_pub, r->head, __ATOMIC_RELEASE);
+        n += k;
         /* One ring's worth at most: a producer that keeps the ring full
          * cannot hold this call, and other providers and callbacks get
          * their turn. */
-    } while ((uint64_t)++n <= r->mask && ring_ready(r));
-    return n;
+    } while (n <= r->mask && ring_ready(r));
+    return (int)n;
 }
 
 int dchan_shm_ring_consume(struct dchan_prov *p, struct shm_ring *r)
@@ -988,8 +1049,9 @@ static int write_gather(const struct shm_sh *sh, const struct dchan_put_desc *d,
     return DCHAN_SUCCESS;
 }
 
-/* Claim the next position of the receiver's ring; DCHAN_ERR_AGAIN when it
- * is full (the receiver has not polled for a whole ring of arrivals). The
+/* Claim the next k positions of the receiver's ring; DCHAN_ERR_AGAIN when
+ * it is full (the receiver has not polled for a whole ring of arrivals),
+ * or, for k > 1, when they would run across its end. The
  * claim comes before the body is written, so that its locked instruction
  * does not wait for the body's stores to leave the store buffer. Tail and
  * head are the peer's to write: whatever they hold, the slot is addressed
@@ -997,17 +1059,20 @@ static int write_gather(const struct shm_sh *sh, const struct dchan_put_desc *d,
  * look full, never make this write outside it; and a tail that keeps
  * moving under the claim ends in DCHAN_ERR_AGAIN, which the core bounds by
  * the drain time, instead of spinning here. */
-static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos)
+static int ring_claim_n(struct shm_peer *pr, uint64_t k, struct shm_slot **slot, uint64_t *pos)
 {
     struct shm_hdr *hdr = (struct shm_hdr *)pr->base;
     uint64_t p = __atomic_load_n(&hdr->ring_tail, __ATOMIC_RELAXED);
     for (unsigned tries = 0;; tries++) {
-        if (p - pr->head_seen > pr->ring_mask) {
+        /* A staged body's records lie in one piece (shm_ring.h). */
+        if (k > 1 && (p & pr->ring_mask) + k > pr->ring_mask + 1)
+            return DCHAN_ERR_AGAIN;
+        if (p + k - 1 - pr->head_seen > pr->ring_mask) {
             pr->head_seen = __atomic_load_n(&hdr->ring_head, __ATOMIC_ACQUIRE);
-            if (p - pr->head_seen > pr->ring_mask)
+            if (p + k - 1 - pr->head_seen > pr->ring_mask)
                 return DCHAN_ERR_AGAIN;
         }
-        if (__atomic_compare_exchange_n(&hdr->ring_tail, &p, p + 1, 1, __ATOMIC_ACQ_REL,
+        if (__atomic_compare_exchange_n(&hdr->ring_tail, &p, p + k, 1, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED))
             break;
         if (tries == SHM_CLAIM_TRIES)
@@ -1016,6 +1081,37 @@ static int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos
     *slot = &pr->ring[p & pr->ring_mask];
     *pos = p;
     return DCHAN_SUCCESS;
+}
+
+static inline int ring_claim(struct shm_peer *pr, struct shm_slot **slot, uint64_t *pos)
+{
+    return ring_claim_n(pr, 1, slot, pos);
+}
+
+/* A body of n bytes at offset at of a record's data, for a receive buffer
+ * that is neither mapped here nor in this process, rides in the records
+ * after it (SHM_LEN_STAGED) when it is small enough: claim them. AGAIN
+ * (nothing claimed) where the caller writes the body by Cross Memory
+ * Attach instead: too large, a ring too small, across the ring's end, or
+ * a ring without room for them. */
+static int stage_claim(const struct shm_sh *sh, const struct dchan_put_desc *d, uint64_t at,
+                       size_t n, struct shm_slot **slot, uint64_t *pos)
+{
+    if (sh->dst || sh->local || (!d->src && !d->iov) || n > SHM_STAGE_MAX)
+        return DCHAN_ERR_AGAIN;
+    uint64_t k = shm_staged_records(at, n);
+    if (k > (sh->peer->ring_mask + 1) / 4)
+        return DCHAN_ERR_AGAIN;
+    return ring_claim_n(sh->peer, k, slot, pos);
+}
+
+/* The body (the first n bytes of the message) into the claimed records. */
+static void stage_body(const struct dchan_put_desc *d, unsigned char *at, size_t n)
+{
+    if (d->iov)
+        dchan_gather_copy(d, 0, n, at);
+    else
+        memcpy(at, d->src, n);
 }
 
 /* A record of len <= SHM_HINT_AT that names a handle takes along the
@@ -1174,16 +1270,23 @@ static int put_word(dchan_handle_t *h, const struct dchan_put_desc *d)
     struct shm_sh *sh = d->priv;
     struct shm_slot *sl;
     uint64_t pos, value = d->seq;
-    int rc = ring_claim(sh->peer, &sl, &pos);
-    if (rc != DCHAN_SUCCESS)
-        return rc; /* nothing written: the core drives progress and retries */
     size_t body = d->detect == DCHAN_DETECT_SENTINEL ? d->size - 8 : d->size;
+    uint32_t len = SHM_LEN_WORD;
+    int rc;
+    if (body > SHM_WORD_INLINE &&
+        stage_claim(sh, d, SHM_WORD_BODY_AT, body, &sl, &pos) == DCHAN_SUCCESS) {
+        stage_body(d, sl->data + SHM_WORD_BODY_AT, body);
+        len |= SHM_LEN_STAGED | (uint32_t)body;
+    } else if ((rc = ring_claim(sh->peer, &sl, &pos)) != DCHAN_SUCCESS) {
+        return rc; /* nothing written: the core drives progress and retries */
+    }
     if (d->detect == DCHAN_DETECT_SENTINEL && d->iov)
         dchan_gather_copy(d, body, d->size, &value);
     else if (d->detect == DCHAN_DETECT_SENTINEL)
         memcpy(&value, (const char *)d->src + body, 8);
-    uint32_t len = SHM_LEN_WORD;
-    if (body <= SHM_WORD_INLINE && (d->src || d->iov)) {
+    if (len & SHM_LEN_STAGED) {
+        /* the body is in the records already */
+    } else if (body <= SHM_WORD_INLINE && (d->src || d->iov)) {
         if (d->iov)
             dchan_gather_copy(d, 0, body, sl->data + SHM_WORD_BODY_AT);
         else
@@ -1212,13 +1315,13 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
     int rc = DCHAN_SUCCESS;
 
     /* The signalling word of a receiver outside the segment goes in a
-     * record, which the receiver stores (struct shm_word); so does a
-     * small FLAG message into such a buffer, which then costs no system
-     * call. */
+     * record, which the receiver stores (struct shm_word); so does a FLAG
+     * message of up to SHM_STAGE_MAX bytes into such a buffer, whose body
+     * then rides in the records and costs no system call. */
     if (d->detect != DCHAN_DETECT_EVENT && !sh->local &&
         (d->detect == DCHAN_DETECT_SENTINEL
              ? !sh->dst
-             : !sh->seq_dst || (!sh->dst && d->size <= SHM_WORD_INLINE && (d->src || d->iov))))
+             : !sh->seq_dst || (!sh->dst && d->size <= SHM_STAGE_MAX && (d->src || d->iov))))
         return put_word(h, d);
     switch (d->detect) {
     case DCHAN_DETECT_SENTINEL: {
@@ -1250,6 +1353,12 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
     default: {
         struct shm_slot *sl;
         uint64_t pos;
+        if (d->size > SHM_INLINE_BYTES &&
+            stage_claim(sh, d, 0, d->size, &sl, &pos) == DCHAN_SUCCESS) {
+            stage_body(d, sl->data, d->size);
+            ring_publish(sl, pos, d->remote_id, SHM_LEN_STAGED | (uint32_t)d->size);
+            break;
+        }
         rc = ring_claim(sh->peer, &sl, &pos);
         if (rc != DCHAN_SUCCESS)
             return rc; /* nothing written: the core drives progress and retries */

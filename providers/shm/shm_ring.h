@@ -13,7 +13,7 @@
 struct dchan_prov;
 
 #define SHM_MAGIC 0x4d485344u /* "DSHM" */
-#define SHM_VERSION 3u
+#define SHM_VERSION 4u
 #define SHM_HDR_BYTES 4096u
 /* Ring sizes a segment may have (DCHAN_SHM_RING_SLOTS, a power of two). */
 #define SHM_RING_MIN 16u
@@ -72,6 +72,33 @@ struct shm_word {
 _Static_assert(sizeof(struct shm_word) <= SHM_WORD_BODY_AT, "word before the body");
 _Static_assert(SHM_WORD_INLINE <= SHM_WORD_LEN_MASK, "n fits its bits");
 
+/* A record whose len has SHM_LEN_STAGED carries a body of n bytes (the
+ * low SHM_STAGED_LEN_MASK bits, 1 ... SHM_STAGE_MAX) for a receive
+ * buffer outside the segment, which the consumer copies in as it does an
+ * inline one: no system call for the producer, where Cross Memory Attach
+ * costs one per message (about 1.5 us here, ten times a small put). The
+ * body starts at data (EVENT) or at data + SHM_WORD_BODY_AT (with
+ * SHM_LEN_WORD: a signalling word record) and runs on over the whole
+ * lines of the records that follow, which the producer claimed with it
+ * and publishes with its seq: shm_staged_records() records in all, never
+ * across the ring's end and never more than a quarter of the ring (the
+ * producer falls back to Cross Memory Attach where it would be). The
+ * consumer zeroes the seq of each line it passes so, so that a body
+ * word left there can never look like a complete record of a later lap. */
+#define SHM_LEN_STAGED 0x20000000u
+#define SHM_STAGED_LEN_MASK 0xffffu
+#define SHM_STAGE_MAX 4096u
+_Static_assert(SHM_STAGE_MAX <= SHM_STAGED_LEN_MASK, "n fits its bits");
+#define SHM_SLOT_DATA_AT 16u
+_Static_assert(__builtin_offsetof(struct shm_slot, data) == SHM_SLOT_DATA_AT, "data's offset");
+
+/* Records a staged body of n bytes at offset at of data takes, its own
+ * included. */
+static inline uint64_t shm_staged_records(uint64_t at, uint64_t n)
+{
+    return (SHM_SLOT_DATA_AT + at + n + 63) / 64;
+}
+
 /* At offset 0 of every segment; written by its owner before peers map it.
  * Every peer of the host can write it too: nobody trusts what it reads
  * here beyond what it validated (see shm.c). */
@@ -101,7 +128,7 @@ struct shm_hdr {
  * consumes next and the geometry are its own, never read back from the
  * segment. */
 struct shm_ring {
-    const struct shm_slot *slots;
+    struct shm_slot *slots; /* written only to zero the seq of staged lines */
     uint64_t mask;       /* slots - 1 */
     uint64_t head;       /* next position to consume */
     uint64_t *head_pub;  /* where producers read head (the header's ring_head) */

@@ -11,7 +11,8 @@
  * DCHAN_ERR_SIZE, DCHAN_ERR_OVERRUN, dropped, or stop at a seq that is not
  * the position's), and after each input the target checks the callbacks,
  * every byte of every buffer and of the guards around them, the ring (the
- * consumer never writes it) and, now and then, the whole of each segment
+ * consumer writes only the seq of a staged body's lines, which it zeroes)
+ * and, now and then, the whole of each segment
  * outside the buffers (AddressSanitizer does not see into a mapping).
  */
 #define _GNU_SOURCE
@@ -206,14 +207,14 @@ static uint64_t get_le(const unsigned char *b, int n)
  * FLAG word) where the scan after the consumer finds it; a handle that
  * failed takes nothing, one whose data the application holds fails with
  * DCHAN_ERR_OVERRUN. */
-static bool model_word(int c, uint32_t id, uint32_t n, const unsigned char *data)
+static bool model_word(int c, uint32_t id, size_t n, const unsigned char *data, bool staged)
 {
     struct fh *f = id ? lookup(c, id) : NULL;
     uint64_t value = get_le(data, 8);
     if (!f || modes[c] == DCHAN_DETECT_EVENT || get_le(data + 8, 4) != 0)
         return false; /* depth 1 here: slot 0 only */
     size_t body = modes[c] == DCHAN_DETECT_SENTINEL ? f->size - 8 : f->size;
-    if (n && (n > SHM_WORD_INLINE || n != body)) {
+    if (staged ? n != body : n && (n > SHM_WORD_INLINE || n != body)) {
         if (f->state != FAILED)
             fail(f, DCHAN_ERR_SIZE);
         return true;
@@ -257,24 +258,17 @@ static void model_scan(int c, struct fh *f)
     }
 }
 
-/* What one complete record must do; false when it is dropped. */
-static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
+/* An EVENT arrival carrying len bytes (0: the body is in the buffer) of
+ * at most limit. */
+static bool model_event(int c, uint32_t id, size_t len, size_t limit, const unsigned char *data)
 {
-    if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD)
-        return model_word(c, id, len & SHM_WORD_LEN_MASK, data);
-    /* A credit hint rides along: no send handle here has a credit word,
-     * so it changes nothing, and the length is the rest. */
-    len &= ~SHM_LEN_HINT;
-    if (id == 0)
-        return len == 0;
     struct fh *f = lookup(c, id);
     if (!f || modes[c] != DCHAN_DETECT_EVENT)
         return false;
     if (f->state == FAILED)
         return true;
-    /* Inline: 1 ... SHM_INLINE_BYTES, and the handle's size; 0: the body is
-     * in the buffer. */
-    if (len && (len > SHM_INLINE_BYTES || len != f->size)) {
+    /* Carried: up to the limit, and the handle's size. */
+    if (len && (len > limit || len != f->size)) {
         fail(f, DCHAN_ERR_SIZE);
         return true;
     }
@@ -286,6 +280,38 @@ static bool model(int c, uint32_t id, uint32_t len, const unsigned char *data)
         memcpy(f->expect, data, len);
     f->state = ARRIVED;
     return true;
+}
+
+/* What one complete record at position pos must do; false when it is
+ * dropped. *k: the positions it takes (a staged body's lines, shm_ring.h,
+ * if their span is one a producer makes; else it is taken alone, with a
+ * length no handle has). */
+static bool model(int c, uint64_t pos, uint32_t id, uint32_t len, const unsigned char *data,
+                  uint64_t *k)
+{
+    *k = 1;
+    if ((len & ~(SHM_LEN_WORD | SHM_STAGED_LEN_MASK)) == SHM_LEN_STAGED) {
+        bool word = len & SHM_LEN_WORD;
+        uint32_t n = len & SHM_STAGED_LEN_MASK;
+        uint64_t span = shm_staged_records(word ? SHM_WORD_BODY_AT : 0, n);
+        bool ok = n && n <= SHM_STAGE_MAX && span <= SLOTS / 4 &&
+                  (pos & (SLOTS - 1)) + span <= SLOTS;
+        if (ok)
+            *k = span;
+        size_t body = ok ? n : SIZE_MAX;
+        if (!id)
+            return false;
+        return word ? model_word(c, id, body, data, true) : model_event(c, id, body, SIZE_MAX, data);
+    }
+    if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD)
+        return model_word(c, id, len & SHM_WORD_LEN_MASK, data, false);
+    /* A credit hint rides along: no send handle here has a credit word,
+     * so it changes nothing, and the length is the rest. */
+    len &= ~SHM_LEN_HINT;
+    if (id == 0)
+        return len == 0;
+    /* Inline: 1 ... SHM_INLINE_BYTES; 0: the body is in the buffer. */
+    return model_event(c, id, len, SHM_INLINE_BYTES, data);
 }
 
 static void check_segments(void)
@@ -356,6 +382,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sl->len = (uint32_t)named->size;
         else if (b[2] < 0xc0)
             sl->len = b[2] & 63;
+        else if (b[2] < 0xcc)
+            /* A staged body: the handle's size, or any length (and bits). */
+            sl->len = SHM_LEN_STAGED | (b[3] & 3 ? (uint32_t)named->size : raw & 0x1ffffu);
         else if (b[2] < 0xf0)
             sl->len = 0;
         else
@@ -375,21 +404,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sl->len = SHM_LEN_WORD | (b[3] & 0x30 ? 0 : b[3] & 0x40 ? (uint32_t)body : raw >> 26);
             if ((sl->len & SHM_WORD_LEN_MASK) != (sl->len & ~SHM_LEN_WORD))
                 sl->len = SHM_LEN_WORD; /* a body too large for its bits: none */
+            if (b[3] & 0x80) /* staged: the body's size, or any length (and bits) */
+                sl->len = SHM_LEN_WORD | SHM_LEN_STAGED |
+                          (b[3] & 0x40 ? (uint32_t)body : raw & 0x1ffffu);
             memcpy(sl->data, &w, sizeof w);
         }
     }
     memcpy(before, mem, sizeof mem);
 
-    /* What the consumer must do, record by record. */
+    /* What the consumer must do, record by record, on a copy of the ring
+     * where the seq of each staged body's lines is zeroed as it passes
+     * them (and nothing else changes). */
     int want = 0;
     uint64_t dropped = 0;
-    for (uint64_t pos = head; want < SLOTS; pos++, want++) {
-        const struct shm_slot *sl = &ring[pos & (SLOTS - 1)];
+    struct shm_slot *after = before + 1;
+    do {
+        uint64_t pos = head + (uint64_t)want, k;
+        const struct shm_slot *sl = &after[pos & (SLOTS - 1)];
         if (sl->seq != pos + 1)
             break;
-        if (!model(c, sl->id, sl->len, sl->data))
+        if (!model(c, pos, sl->id, sl->len, sl->data, &k))
             dropped++;
-    }
+        for (uint64_t j = 1; j < k; j++)
+            after[(pos + j) & (SLOTS - 1)].seq = 0;
+        want += (int)k;
+    } while (want < SLOTS);
 
     struct shm_ring r = {.slots = ring, .mask = SLOTS - 1, .head = head, .head_pub = &pub};
     int n = dchan_shm_ring_consume(dchan_h_prov(fh[c][0].h), &r);
@@ -398,7 +437,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.dropped != dropped)
         die("records dropped", c, (int)r.dropped);
     if (memcmp(before, mem, sizeof mem) != 0)
-        die("the consumer wrote the ring", c, -1);
+        die("the consumer wrote the ring (beyond the seq of staged lines)", c, -1);
 
     /* Callbacks as the model says; every byte where it says; then re-arm. */
     for (int k = 0; k < NH; k++)

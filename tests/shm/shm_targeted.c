@@ -14,7 +14,7 @@
  *                 nothing lost, exhaustion and reuse of the whole segment.
  *   --test hostile  rank 1 plays a faulty peer: through its mapping of
  *                 rank 0's segment it appends ring records with wrong
- *                 lengths, a second arrival, stale and garbage ids, a flood
+ *                 lengths (staged ones too), a second arrival, stale and garbage ids, a flood
  *                 of them, and scribbles over the header's geometry. Rank 0
  *                 must not crash; each channel named gets its error
  *                 (error_fn once, later calls return it, its buffer
@@ -38,12 +38,16 @@
  *                 both meet in an MPI barrier, which runs no dchan progress:
  *                 rank 0 finds every body in place and every tail still the
  *                 sentinel, then at its progress the arrivals, whole and in
- *                 order; a body of up to 32 bytes rides in the record too.
+ *                 order; a body of up to 32 bytes rides in the record too,
+ *                 and one of up to SHM_STAGE_MAX in the records after it
+ *                 (staged: still the last round's before progress, except
+ *                 the few that would have run across the ring's end).
  *                 Forged word records (a slot past the depth, a destroyed
  *                 handle, id 0, unknown flags) are dropped without a byte
- *                 written, and the channels go on; ones with an inline
- *                 length that is not the body's fail that channel alone
- *                 (DCHAN_ERR_SIZE, its data as it was).
+ *                 written, and the channels go on; ones with an inline or
+ *                 staged length that is not the body's, or a staged
+ *                 length of 0, fail that channel alone (DCHAN_ERR_SIZE,
+ *                 its data as it was).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -52,6 +56,7 @@
 #include <getopt.h>
 #include <mpi.h>
 #include <sched.h>
+#include <stdbool.h>
 
 #define OOB 0x6f6f62736d68735full
 #include "mptest.h"
@@ -297,9 +302,10 @@ static void test_alloc(void)
 
 /* Rank 0's channels from rank 1: the first few are victims of bad records,
  * the last three stay good. */
-enum { V_INLINE, V_BIG, V_LEN49, V_OVERRUN, V_HUGELEN, G_SMALL, G_BIG, G_HEAP, NCH };
-static const size_t ch_size[NCH] = {32, 4096, 49, 64, 48, 8, 65536, 1000};
-static const int ch_heap[NCH] = {0, 0, 1, 0, 0, 0, 0, 1};
+enum { V_INLINE, V_BIG, V_LEN49, V_OVERRUN, V_HUGELEN, V_STAGED0, V_STAGEDMAX, G_SMALL, G_BIG,
+       G_HEAP, NCH };
+static const size_t ch_size[NCH] = {32, 4096, 49, 64, 48, 64, 4096, 8, 65536, 1000};
+static const int ch_heap[NCH] = {0, 0, 1, 0, 0, 1, 1, 0, 0, 1};
 static dchan_handle_t *ch[NCH + 1]; /* + the channel made after the scribbling */
 static long ch_arrivals[NCH + 1], ch_errors[NCH + 1];
 static int ch_rc[NCH + 1];
@@ -612,6 +618,10 @@ static void test_hostile(void)
         bad_record(hdr, wire_id(&w[V_OVERRUN]), 0);     /* an arrival ... */
         bad_record(hdr, wire_id(&w[V_OVERRUN]), 0);     /* ... and one before the re-arm */
         bad_record(hdr, wire_id(&w[V_HUGELEN]), UINT32_MAX);
+        /* Staged bodies (shm_ring.h) that no producer makes: none, and one
+         * byte past the limit (both taken alone: what follows is good). */
+        bad_record(hdr, wire_id(&w[V_STAGED0]), SHM_LEN_STAGED);
+        bad_record(hdr, wire_id(&w[V_STAGEDMAX]), SHM_LEN_STAGED | (SHM_STAGE_MAX + 1));
         bad_record(hdr, stale, 8);                      /* a destroyed handle */
         bad_record(hdr, 0xdeadbeefu, 8);                /* no handle at all */
         bad_record(hdr, 0, 7);                          /* nothing, with a length */
@@ -619,9 +629,10 @@ static void test_hostile(void)
     }
     good_round(ctx, sh, sbuf, rbuf, 0, 2);
     if (me == 0) {
-        static const int want[] = {DCHAN_ERR_SIZE, DCHAN_ERR_SIZE, DCHAN_ERR_SIZE,
-                                   DCHAN_ERR_OVERRUN, DCHAN_ERR_SIZE};
-        for (int c = V_INLINE; c <= V_HUGELEN; c++) {
+        static const int want[] = {DCHAN_ERR_SIZE,    DCHAN_ERR_SIZE, DCHAN_ERR_SIZE,
+                                   DCHAN_ERR_OVERRUN, DCHAN_ERR_SIZE, DCHAN_ERR_SIZE,
+                                   DCHAN_ERR_SIZE};
+        for (int c = V_INLINE; c <= V_STAGEDMAX; c++) {
             if (ch_errors[c] != 1 || ch_rc[c] != want[c])
                 die("channel %d: error_fn called %ld times with %s, expected once with %s", c,
                     ch_errors[c], dchan_strerror(ch_rc[c]), dchan_strerror(want[c]));
@@ -735,20 +746,31 @@ static void test_hostile(void)
 /* ---- --test word ------------------------------------------------------------------- */
 
 /* Bodies of up to SHM_WORD_INLINE bytes ride in the record with the tail
- * (W_TINY, W_GTINY): those are not in the buffer before the receiver's
- * progress either. */
-enum { W_SMALL, W_BIG, W_DEPTH, W_GATHER, W_TINY, W_GTINY, NW };
-static const size_t w_size[NW] = {8, 4104, 64, 1024, SHM_WORD_INLINE + 8, 24};
-static const int w_depth[NW] = {1, 1, 4, 1, 2, 1};
+ * (W_TINY, W_GTINY), and bodies of up to SHM_STAGE_MAX in the records
+ * after it (W_BIG, W_DEPTH, W_GATHER): those are not in the buffer before
+ * the receiver's progress either, but where a staged body would run
+ * across the ring's end it goes by Cross Memory Attach after all. W_HUGE's
+ * body always does. */
+enum { W_SMALL, W_BIG, W_DEPTH, W_GATHER, W_TINY, W_GTINY, W_HUGE, NW };
+static const size_t w_size[NW] = {8, 4104, 64, 1024, SHM_WORD_INLINE + 8, 24, SHM_STAGE_MAX + 16};
+static const int w_depth[NW] = {1, 1, 4, 1, 2, 1, 1};
 static dchan_handle_t *wch[NW];
 static long w_arrivals[NW];
-/* Victims of forged inline lengths: 5 bytes for a body of 32, and 63,
- * more than a record holds, for a body of 40. */
-static const size_t v_size[2] = {SHM_WORD_INLINE + 8, 48};
-static const uint32_t v_len[2] = {5, SHM_WORD_LEN_MASK};
-static dchan_handle_t *vch[2];
-static long v_arrivals[2], v_errors[2];
-static int v_rc[2];
+/* Staged bodies found still the last round's before the receiver's
+ * progress, per channel, and found landed (gone by Cross Memory Attach). */
+static long w_staged[NW], w_landed[NW];
+/* Victims of forged lengths: 5 bytes inline for a body of 32, and 63, more
+ * than a record holds, for a body of 40; staged, one byte past
+ * SHM_STAGE_MAX, and no body at all, for bodies of 40: each fails its
+ * channel alone, nothing read. */
+#define NV 4
+static const size_t v_size[NV] = {SHM_WORD_INLINE + 8, 48, 48, 48};
+static const uint32_t v_len[NV] = {SHM_LEN_WORD | 5, SHM_LEN_WORD | SHM_WORD_LEN_MASK,
+                                   SHM_LEN_WORD | SHM_LEN_STAGED | (SHM_STAGE_MAX + 1),
+                                   SHM_LEN_WORD | SHM_LEN_STAGED};
+static dchan_handle_t *vch[NV];
+static long v_arrivals[NV], v_errors[NV];
+static int v_rc[NV];
 
 static void on_w_arrival(dchan_handle_t *h, void *arg)
 {
@@ -761,7 +783,7 @@ static void on_w_arrival(dchan_handle_t *h, void *arg)
 
 static void on_w_error(dchan_handle_t *h, int rc, void *arg)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NV; i++)
         if (h == vch[i]) {
             v_errors[i]++;
             v_rc[i] = rc;
@@ -806,16 +828,23 @@ static void word_round(dchan_ctx_t *ctx, dchan_handle_t **sh, unsigned char **sb
                     die("channel %d: %ld arrivals before round %ld", c, w_arrivals[c], iter);
                 /* A body by Cross Memory Attach is this round's; an inline
                  * one is still the last round's (the initial fill in the
-                 * first). */
+                 * first); a staged one either, as a whole. */
+                size_t body = w_size[c] - 8;
                 int from = 1;
                 long it = iter * 64 + k;
                 mpt_verify_when = " (the body, before the tail)";
-                if (w_size[c] - 8 <= SHM_WORD_INLINE) {
+                bool staged = body > SHM_WORD_INLINE && body <= SHM_STAGE_MAX;
+                uint64_t first;
+                memcpy(&first, slot, 8);
+                if (body <= SHM_WORD_INLINE || (staged && first != word_of(1, c, it, 0))) {
                     from = iter == 1 ? 0 : 1;
                     it = iter == 1 ? 0 : (iter - 1) * 64 + k;
-                    mpt_verify_when = " (an inline body, before the receiver's progress)";
+                    mpt_verify_when = " (an inline or staged body, before the receiver's progress)";
+                    w_staged[c] += staged;
+                } else {
+                    w_landed[c] += staged;
                 }
-                verify(slot, w_size[c] - 8, from, c, it);
+                verify(slot, body, from, c, it);
             }
         for (int c = 0; c < NW; c++) {
             unsigned long long t0 = now_ns();
@@ -848,9 +877,9 @@ static void test_word(void)
 {
     dchan_ctx_t *ctx = pair_init("word", on_w_error);
 
-    unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0}, *vbuf[2] = {0};
+    unsigned char *rbuf[NW] = {0}, *sbuf[NW] = {0}, *vbuf[NV] = {0};
     dchan_handle_t *sh[NW] = {0};
-    dchan_wire_t w[NW + 3]; /* the channels, a destroyed one, the victims */
+    dchan_wire_t w[NW + 1 + NV]; /* the channels, a destroyed one, the victims */
     if (me == 0) {
         for (int c = 0; c < NW; c++) {
             dchan_handle_attr_t ha;
@@ -873,7 +902,7 @@ static void test_word(void)
         CHECK(dchan_create_handle(ctx, 1, rbuf[W_SMALL], 8, OOB, on_w_arrival, NULL, &x));
         CHECK(dchan_handle_export(x, &w[NW]));
         CHECK(dchan_handle_destroy(x));
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < NV; i++) {
             vbuf[i] = xalloc(v_size[i]);
             fill(vbuf[i], v_size[i], 0, NW + i, 0);
             CHECK(dchan_create_handle(ctx, 1, vbuf[i], v_size[i], OOB, on_w_arrival,
@@ -911,14 +940,29 @@ static void test_word(void)
         word_record(hdr, 0, SHM_LEN_WORD, 0, v);                     /* no handle */
         word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | SHM_LEN_HINT, 0, v);
         word_record(hdr, wire_id(&w[W_SMALL]), SHM_LEN_WORD | SHM_LEN_HINT | 8, 0, v);
-        for (int i = 0; i < 2; i++)
-            word_record(hdr, wire_id(&w[NW + 1 + i]), SHM_LEN_WORD | v_len[i], 0, v);
+        for (int i = 0; i < NV; i++)
+            word_record(hdr, wire_id(&w[NW + 1 + i]), v_len[i], 0, v);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     for (long it = 51; it <= 60; it++)
         word_round(ctx, sh, sbuf, rbuf, it);
+    if (me == 0) {
+        /* Staging must have served: a fallback happens only where a body
+         * would run across the ring's end, a few times in 60 rounds. */
+        for (int c = 0; c < NW; c++) {
+            size_t body = w_size[c] - 8;
+            bool staged = body > SHM_WORD_INLINE && body <= SHM_STAGE_MAX;
+            if (staged && (w_staged[c] < 50L * w_depth[c] || w_landed[c] > 3L * w_depth[c]))
+                die("channel %d: %ld staged bodies and %ld by Cross Memory Attach in 60 rounds",
+                    c, w_staged[c], w_landed[c]);
+        }
+        printf("word: staged bodies (not in place before progress) / by Cross Memory Attach:");
+        for (int c = 0; c < NW; c++)
+            printf(" %d:%ld/%ld", c, w_staged[c], w_landed[c]);
+        printf("\n");
+    }
     if (me == 0)
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < NV; i++) {
             if (v_errors[i] != 1 || v_rc[i] != DCHAN_ERR_SIZE || v_arrivals[i])
                 die("victim %d: %ld errors (%s), %ld arrivals; expected one DCHAN_ERR_SIZE", i,
                     v_errors[i], dchan_strerror(v_rc[i]), v_arrivals[i]);
@@ -939,7 +983,7 @@ static void test_word(void)
             CHECK(dchan_handle_destroy(wch[c]));
         free(me == 1 ? sbuf[c] : rbuf[c]);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NV; i++) {
         if (vch[i])
             CHECK(dchan_handle_destroy(vch[i]));
         free(vbuf[i]);
