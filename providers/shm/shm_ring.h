@@ -81,9 +81,11 @@ _Static_assert(SHM_WORD_INLINE <= SHM_WORD_LEN_MASK, "n fits its bits");
  * SHM_LEN_WORD: a signalling word record) and runs on over the whole
  * lines of the records that follow, which the producer claimed with it
  * and publishes with its seq: shm_staged_records() records in all, never
- * across the ring's end and never more than a quarter of the ring (the
- * producer falls back to Cross Memory Attach where it would be). The
- * consumer zeroes the seq of each line it passes so, so that a body
+ * more than a quarter of the ring (larger bodies go by Cross Memory
+ * Attach) and never across its end: where they would run across it, the
+ * producer claims the positions up to the end as well and publishes a
+ * staged record of id 0 over them, a filler the consumer passes over.
+ * The consumer zeroes the seq of each line it passes so, so that a body
  * word left there can never look like a complete record of a later lap. */
 #define SHM_LEN_STAGED 0x20000000u
 #define SHM_STAGED_LEN_MASK 0xffffu

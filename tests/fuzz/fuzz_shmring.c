@@ -300,7 +300,7 @@ static bool model(int c, uint64_t pos, uint32_t id, uint32_t len, const unsigned
             *k = span;
         size_t body = ok ? n : SIZE_MAX;
         if (!id)
-            return false;
+            return ok; /* a filler before a body at the ring's end */
         return word ? model_word(c, id, body, data, true) : model_event(c, id, body, SIZE_MAX, data);
     }
     if ((len & ~SHM_WORD_LEN_MASK) == SHM_LEN_WORD)
