@@ -1124,13 +1124,14 @@ static int stage_claim(const struct shm_sh *sh, const struct dchan_put_desc *d, 
     return ring_claim_n(sh->peer, k, slot, pos);
 }
 
-/* The body (the first n bytes of the message) into the claimed records. */
-static void stage_body(const struct dchan_put_desc *d, unsigned char *at, size_t n)
+/* The first n bytes of the message into a record's data (inline), and on
+ * over the records claimed after it (staged). */
+static void record_body(const struct dchan_put_desc *d, unsigned char *at, size_t n)
 {
     if (d->iov)
         dchan_gather_copy(d, 0, n, at);
     else
-        memcpy(at, d->src, n);
+        copy_mapped((char *)at, d->src, n);
 }
 
 /* A record of len <= SHM_HINT_AT that names a handle takes along the
@@ -1294,30 +1295,23 @@ static int put_word(dchan_handle_t *h, const struct dchan_put_desc *d)
     int rc;
     if (body > SHM_WORD_INLINE &&
         stage_claim(sh, d, SHM_WORD_BODY_AT, body, &sl, &pos) == DCHAN_SUCCESS) {
-        stage_body(d, sl->data + SHM_WORD_BODY_AT, body);
         len |= SHM_LEN_STAGED | (uint32_t)body;
     } else if ((rc = ring_claim(sh->peer, &sl, &pos)) != DCHAN_SUCCESS) {
         return rc; /* nothing written: the core drives progress and retries */
+    } else if (body <= SHM_WORD_INLINE && (d->src || d->iov)) {
+        len |= (uint32_t)body;
+    } else if ((rc = d->iov ? write_gather(sh, d, 0, body)
+                            : write_body(sh, d->offset, d->src, body)) != DCHAN_SUCCESS) {
+        ring_publish(sl, pos, 0, 0);
+        return put_failed(h, rc);
     }
+    /* A body that rides in the records (inline or staged). */
+    if (len != SHM_LEN_WORD)
+        record_body(d, sl->data + SHM_WORD_BODY_AT, body);
     if (d->detect == DCHAN_DETECT_SENTINEL && d->iov)
         dchan_gather_copy(d, body, d->size, &value);
     else if (d->detect == DCHAN_DETECT_SENTINEL)
         memcpy(&value, (const char *)d->src + body, 8);
-    if (len & SHM_LEN_STAGED) {
-        /* the body is in the records already */
-    } else if (body <= SHM_WORD_INLINE && (d->src || d->iov)) {
-        if (d->iov)
-            dchan_gather_copy(d, 0, body, sl->data + SHM_WORD_BODY_AT);
-        else
-            copy_mapped((char *)sl->data + SHM_WORD_BODY_AT, d->src, body);
-        len |= (uint32_t)body;
-    } else {
-        rc = d->iov ? write_gather(sh, d, 0, body) : write_body(sh, d->offset, d->src, body);
-        if (rc != DCHAN_SUCCESS) {
-            ring_publish(sl, pos, 0, 0);
-            return put_failed(h, rc);
-        }
-    }
     struct shm_word *w = (struct shm_word *)sl->data;
     w->value = value;
     w->slot = d->slot;
@@ -1374,7 +1368,7 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         uint64_t pos;
         if (d->size > SHM_INLINE_BYTES &&
             stage_claim(sh, d, 0, d->size, &sl, &pos) == DCHAN_SUCCESS) {
-            stage_body(d, sl->data, d->size);
+            record_body(d, sl->data, d->size);
             ring_publish(sl, pos, d->remote_id, SHM_LEN_STAGED | (uint32_t)d->size);
             break;
         }
@@ -1382,10 +1376,7 @@ static int put_any(dchan_handle_t *h, const struct dchan_put_desc *d)
         if (rc != DCHAN_SUCCESS)
             return rc; /* nothing written: the core drives progress and retries */
         if (d->size <= SHM_INLINE_BYTES && (d->src || d->iov)) {
-            if (d->iov)
-                dchan_gather_copy(d, 0, d->size, sl->data);
-            else
-                memcpy(sl->data, d->src, d->size);
+            record_body(d, sl->data, d->size);
             ring_publish(sl, pos, d->remote_id,
                          d->size <= SHM_HINT_AT ? hint_attach(sh->peer, sl, (uint32_t)d->size)
                                                 : (uint32_t)d->size);
