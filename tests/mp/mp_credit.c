@@ -170,8 +170,9 @@ static int try_put(struct chan *c, long iters)
     } else {
         /* The send buffer must be free before it is written again (on ofi
          * that can take the peer's progress: let it run). */
+        unsigned idle = 0;
         while (dchan_put_test(c->sh) == 0)
-            sched_yield();
+            mpt_idle(&idle);
     }
     fill(dst, c->size, me, c->id, c->sent);
     int rc = dchan_put(c->sh);
@@ -191,6 +192,7 @@ static int try_put(struct chan *c, long iters)
 static void run_round(long iters, int max_sleep_us)
 {
     int done = 0;
+    unsigned idle = 0;
     while (!done) {
         int moved = 0; /* puts sent, callbacks run, slots released */
         for (int i = 0; i < nch; i++)
@@ -211,7 +213,9 @@ static void run_round(long iters, int max_sleep_us)
         }
         /* As mpt_progress, but after the releases, which move things too. */
         if (!moved)
-            sched_yield();
+            mpt_idle(&idle);
+        else
+            idle = 0;
         done = 1;
         for (int i = 0; i < nch; i++)
             if (ch[i].sent < iters || ch[i].released < iters)

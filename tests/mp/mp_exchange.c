@@ -175,11 +175,12 @@ static void wait_all(dchan_ctx_t *ctx, struct chan **cs, int n, const long *want
 static void send_done(struct chan *c)
 {
     unsigned long long start = now_ns();
+    unsigned idle = 0;
     int rc;
     while ((rc = dchan_put_test(c->sh)) == 0) {
         if (now_ns() - start > t_limit_ns)
             die("put on channel %d never completed", c->id);
-        sched_yield(); /* completion can take the peer's progress: let it run */
+        mpt_idle(&idle); /* completion can take the peer's progress: let it run */
     }
     if (rc < 0)
         die("dchan_put_test: %s", dchan_strerror(rc));
@@ -490,9 +491,11 @@ static void multicast(dchan_ctx_t *ctx, size_t size, long iters)
     setup(ctx, cred, ncred);
     for (long i = 0; i < iters; i++) {
         if (me == 0) {
-            for (int k = 0; k < nrecv; k++)
+            for (int k = 0; k < nrecv; k++) {
+                unsigned idle = 0;
                 while (dchan_put_test(sh[k]) == 0)
-                    sched_yield();
+                    mpt_idle(&idle);
+            }
             fill(shared, size, 0, 0, i);
             for (int k = 0; k < nrecv; k++)
                 CHECK(dchan_put(sh[k]));

@@ -40,6 +40,7 @@ struct chan {
     dchan_iov_t *iov;      /* the segments, in message order */
     int niov;
     long sent, recvd, completed;
+    long scattered; /* the message the source holds: sent, once written */
 };
 
 static struct chan ch[MAXCH];
@@ -226,6 +227,7 @@ static void setup(long iters)
         struct chan *c = &ch[i];
         c->name = shapes[i].name;
         c->id = i;
+        c->scattered = -1;
         c->depth = 1 + i % 2;
         make_shape(c, &shapes[i]);
         c->rbuf = buf_alloc(c->size * (size_t)c->depth);
@@ -258,7 +260,12 @@ static int try_put(struct chan *c, long iters)
 {
     if (c->sent == iters || c->completed < c->sent)
         return 0; /* the source is rewritten only once the last put left it */
-    scatter(c, c->sent);
+    /* Written once per message: a put refused for credit leaves it as it
+     * was, and the loop comes back here until the credit returns. */
+    if (c->scattered != c->sent) {
+        scatter(c, c->sent);
+        c->scattered = c->sent;
+    }
     int rc = dchan_put(c->sh);
     if (rc == DCHAN_ERR_AGAIN)
         return 0;

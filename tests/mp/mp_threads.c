@@ -171,11 +171,12 @@ static void teardown(void)
 static void send_done(struct chan *c)
 {
     unsigned long long start = now_ns();
+    unsigned idle = 0;
     int rc;
     while ((rc = dchan_put_test(c->sh)) == 0) {
         if (now_ns() - start > t_limit_ns)
             die("put on channel %d never completed", c->id);
-        sched_yield();
+        mpt_idle(&idle);
     }
     if (rc < 0)
         die("dchan_put_test on channel %d: %s", c->id, dchan_strerror(rc));
@@ -199,6 +200,7 @@ static void wait_set(int g, long i)
 {
     long want = i / 2 + 1; /* absolute: the partner may be an iteration ahead */
     unsigned long long start = now_ns();
+    unsigned idle = 0;
     for (;;) {
         int done = 1;
         for (int k = 0; k < nch && done; k++)
@@ -210,7 +212,9 @@ static void wait_set(int g, long i)
         if (rc < 0 && rc != DCHAN_ERR_TIMEOUT)
             die("progress: %s", dchan_strerror(rc));
         if (rc <= 0)
-            sched_yield(); /* more threads than cores: let the partner's run */
+            mpt_idle(&idle); /* more threads than cores: let the partner's run */
+        else
+            idle = 0;
         if (now_ns() - start > t_limit_ns)
             die("group %d, iteration %ld: no arrival for %llu s", g, i,
                 t_limit_ns / 1000000000ull);

@@ -181,9 +181,14 @@ static void sleep_until(struct side *s, int (*done)(void *), void *arg, const ch
 /* The helper thread of a one-rank run spins instead: one sleeper per context. */
 static void spin_until(int (*done)(void *), void *arg)
 {
+    unsigned idle = 0;
     while (!done(arg)) {
-        CHECK(dchan_progress(ctx));
-        sched_yield();
+        int n = dchan_progress(ctx);
+        CHECK(n);
+        if (n)
+            idle = 0;
+        else
+            mpt_idle(&idle);
     }
 }
 
