@@ -172,7 +172,7 @@ static int try_put(struct chan *c, long iters)
          * that can take the peer's progress: let it run). */
         unsigned idle = 0;
         while (dchan_put_test(c->sh) == 0)
-            mpt_idle(&idle);
+            mpt_idle(&idle, 0);
     }
     fill(dst, c->size, me, c->id, c->sent);
     int rc = dchan_put(c->sh);
@@ -212,10 +212,7 @@ static void run_round(long iters, int max_sleep_us)
             }
         }
         /* As mpt_progress, but after the releases, which move things too. */
-        if (!moved)
-            mpt_idle(&idle);
-        else
-            idle = 0;
+        mpt_idle(&idle, moved);
         done = 1;
         for (int i = 0; i < nch; i++)
             if (ch[i].sent < iters || ch[i].released < iters)

@@ -180,7 +180,7 @@ static void send_done(struct chan *c)
     while ((rc = dchan_put_test(c->sh)) == 0) {
         if (now_ns() - start > t_limit_ns)
             die("put on channel %d never completed", c->id);
-        mpt_idle(&idle); /* completion can take the peer's progress: let it run */
+        mpt_idle(&idle, 0); /* completion can take the peer's progress: let it run */
     }
     if (rc < 0)
         die("dchan_put_test: %s", dchan_strerror(rc));
@@ -494,7 +494,7 @@ static void multicast(dchan_ctx_t *ctx, size_t size, long iters)
             for (int k = 0; k < nrecv; k++) {
                 unsigned idle = 0;
                 while (dchan_put_test(sh[k]) == 0)
-                    mpt_idle(&idle);
+                    mpt_idle(&idle, 0);
             }
             fill(shared, size, 0, 0, i);
             for (int k = 0; k < nrecv; k++)

@@ -176,7 +176,7 @@ static void send_done(struct chan *c)
     while ((rc = dchan_put_test(c->sh)) == 0) {
         if (now_ns() - start > t_limit_ns)
             die("put on channel %d never completed", c->id);
-        mpt_idle(&idle);
+        mpt_idle(&idle, 0);
     }
     if (rc < 0)
         die("dchan_put_test on channel %d: %s", c->id, dchan_strerror(rc));
@@ -211,10 +211,7 @@ static void wait_set(int g, long i)
         int rc = level == L_MULTIPLE && g % 2 ? dchan_wait(ctx, 10) : dchan_progress(ctx);
         if (rc < 0 && rc != DCHAN_ERR_TIMEOUT)
             die("progress: %s", dchan_strerror(rc));
-        if (rc <= 0)
-            mpt_idle(&idle); /* more threads than cores: let the partner's run */
-        else
-            idle = 0;
+        mpt_idle(&idle, rc > 0); /* more threads than cores: let the partner's run */
         if (now_ns() - start > t_limit_ns)
             die("group %d, iteration %ld: no arrival for %llu s", g, i,
                 t_limit_ns / 1000000000ull);

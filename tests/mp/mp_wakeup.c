@@ -185,10 +185,7 @@ static void spin_until(int (*done)(void *), void *arg)
     while (!done(arg)) {
         int n = dchan_progress(ctx);
         CHECK(n);
-        if (n)
-            idle = 0;
-        else
-            mpt_idle(&idle);
+        mpt_idle(&idle, n);
     }
 }
 

@@ -72,12 +72,15 @@ static inline void die(const char *fmt, ...)
  * delayed placements, a peer that the tests running beside it keep off
  * the cores), and a rank that yields through them burns a core in system
  * calls that the other tests of make check -j2 need. *idle counts the
- * empty polls; the caller sets it to 0 when something moved. */
+ * empty polls in a row: a poll that moved something (moved != 0) sets it
+ * back to 0 and gives nothing away. */
 enum { MPT_YIELDS = 256, MPT_NAP_NS = 20000 };
 
-static inline void mpt_idle(unsigned *idle)
+static inline void mpt_idle(unsigned *idle, int moved)
 {
-    if (*idle < MPT_YIELDS) {
+    if (moved) {
+        *idle = 0;
+    } else if (*idle < MPT_YIELDS) {
         ++*idle;
         sched_yield();
     } else {
@@ -94,10 +97,7 @@ static inline void mpt_progress(dchan_ctx_t *ctx, int moved)
     static __thread unsigned idle;
     int n = dchan_progress(ctx);
     CHECK(n);
-    if (n == 0 && !moved)
-        mpt_idle(&idle);
-    else
-        idle = 0;
+    mpt_idle(&idle, n != 0 || moved);
 }
 
 static inline unsigned long long now_ns(void)
